@@ -1,0 +1,40 @@
+# xent - the two commands:
+#   make bench   the benchmark (GPU when there is one, else CPU)
+#   make test    the whole test suite (C tests through CTest, then Python)
+# Both install what they need first (scripts/deps.sh) and skip what is there.
+
+BUILD ?= build
+CMAKE_FLAGS ?=
+PYTHON ?= python3
+
+.PHONY: all deps build test test-c test-python bench bench-quick clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	@. scripts/env.sh && cmake -S . -B $(BUILD) $$XENT_CMAKE_PREFIX $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/CMakeCache.txt
+	@cmake --build $(BUILD) -j
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure
+	@scripts/pytest.sh
+
+test-c: build
+	@cd $(BUILD) && ctest --output-on-failure
+
+test-python: build
+	@scripts/pytest.sh
+
+bench: build
+	@$(BUILD)/bench/xent-bench
+
+bench-quick: build
+	@$(BUILD)/bench/xent-bench --quick
+
+clean:
+	rm -rf $(BUILD)

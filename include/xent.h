@@ -1,0 +1,296 @@
+/*
+ * xent.h - fused cross-entropy loss for language models.
+ *
+ * xent computes the softmax cross-entropy of a BT x V matrix of logits against
+ * BT integer targets, and (on request) writes the gradient of the loss over
+ * the logits in place, so a training step holds one BT x V buffer, not two.
+ * The same calls run on the CPU and, when the library is built with CUDA, on
+ * an NVIDIA GPU on the caller's stream without synchronising with the host.
+ *
+ * ---------------------------------------------------------------------------
+ * Quick start
+ * ---------------------------------------------------------------------------
+ *
+ *     float loss;
+ *     xent_input  in  = {logits, XENT_BF16, BT, V, 0, targets, XENT_INT64, NULL};
+ *     xent_options opt = xent_options_default();     // mean, ignore_index -100
+ *     xent_output out = {&loss, NULL, NULL, NULL, NULL};
+ *     xent_exec   ex  = xent_exec_default();         // CPU, or CUDA for GPU pointers
+ *     xent_status st  = xent_forward_grad(&in, &opt, &out, &ex);
+ *     if (st != XENT_OK) fprintf(stderr, "%s\n", xent_last_error());
+ *     // logits now hold dLoss/dlogits; after the upstream gradient g is known:
+ *     xent_backward_scale(logits, XENT_BF16, BT, V, 0, g, &ex);
+ *
+ * ---------------------------------------------------------------------------
+ * The math (per row r, target y = targets[r], x = the row's logits)
+ * ---------------------------------------------------------------------------
+ *
+ *   softcap c (optional)  x'_j = c * tanh(x_j / c), otherwise x' = x
+ *   lse                    log sum_j exp(x'_j), accumulated in fp32
+ *   p_j                    exp(x'_j - lse)
+ *   alpha                  label_smoothing, eps = alpha / V, s = lse_square_scale
+ *
+ *   unweighted  loss_r = (1 - alpha) (lse - x'_y) + alpha lse - eps sum_j x'_j
+ *   weighted    loss_r = (1 - alpha) w_y (lse - x'_y) + eps (lse sum_j w_j - sum_j w_j x'_j)
+ *   z-loss      z_r    = s lse^2; the row's loss is loss_r + z_r
+ *
+ *   Rows whose target equals ignore_index have loss 0, z 0, a zero gradient
+ *   row, accuracy 0 and predicted token -1; their logits are not read.
+ *
+ *   Reductions: NONE keeps per-row values. SUM adds them. MEAN divides the
+ *   loss terms by N, the number of non-ignored rows, or with class weights by
+ *   W = sum over non-ignored rows of w[y_r]; the z-loss term is divided by N.
+ *   A mean over zero rows is NaN and a sum over zero rows is 0, as in PyTorch.
+ *
+ *   The gradient written over the logits is d(reduced loss)/dx, that is the
+ *   gradient for an upstream gradient of 1. xent_backward() multiplies it by
+ *   the real upstream gradient later, in place.
+ *
+ * ---------------------------------------------------------------------------
+ * Memory and threads
+ * ---------------------------------------------------------------------------
+ *
+ * All pointers of one call live on one side: host memory for the CPU
+ * backend, device memory of exec->device for the CUDA backend. Logits need
+ * only their natural alignment (2 bytes for bf16/fp16, 4 for fp32); rows may
+ * be padded (row_stride > V). xent never allocates a BT x V buffer. The CUDA
+ * backend needs a small scratch area (xent_workspace_size() bytes, O(BT));
+ * pass one in xent_exec, or leave it NULL and xent takes it stream-ordered
+ * (cudaMallocAsync) for the duration of the call.
+ *
+ * Every function validates all of its arguments before it writes a single
+ * byte of the caller's buffers. On error it returns a status and leaves the
+ * outputs and the logits as they were; xent_last_error() then describes the
+ * problem (naming the argument, and for targets the first bad row and its
+ * value). Functions are thread-safe; the error message is per thread.
+ *
+ * Results are deterministic: the same inputs give bit-identical outputs on
+ * the same device and build (no floating-point atomics).
+ */
+#ifndef XENT_H
+#define XENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define XENT_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define XENT_API __attribute__((visibility("default")))
+#else
+#define XENT_API
+#endif
+
+#define XENT_VERSION_MAJOR 0
+#define XENT_VERSION_MINOR 1
+#define XENT_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef enum xent_status {
+  XENT_OK = 0,
+  XENT_ERROR_NULL_POINTER = 1,       /* a required pointer is NULL                     */
+  XENT_ERROR_BAD_SHAPE = 2,          /* rows < 0, vocab < 1 or vocab > INT32_MAX       */
+  XENT_ERROR_BAD_STRIDE = 3,         /* 0 < row_stride < vocab, or the extent overflows */
+  XENT_ERROR_BAD_TARGET = 4,         /* a target outside [0, V) that is not ignore_index */
+  XENT_ERROR_BAD_LABEL_SMOOTHING = 5,/* label_smoothing outside [0, 1] or NaN         */
+  XENT_ERROR_BAD_SOFTCAP = 6,        /* softcap enabled with a value <= 0 or not finite */
+  XENT_ERROR_BAD_WEIGHT = 7,         /* a class weight that is NaN or infinite         */
+  XENT_ERROR_BAD_ENUM = 8,           /* unknown dtype, target type, reduction, backend or check mode */
+  XENT_ERROR_BAD_ARGUMENT = 9,       /* anything else: alignment, lse_square_scale, grad_output count,
+                                        workspace too small, pointer on the wrong side */
+  XENT_ERROR_UNSUPPORTED = 10,       /* backend not built, no such device, or not possible here */
+  XENT_ERROR_CUDA = 11,              /* the CUDA runtime reported an error             */
+  XENT_ERROR_OUT_OF_MEMORY = 12      /* a host or device allocation failed             */
+} xent_status;
+
+/* A fixed description of a status ("bad target", ...). Never NULL. */
+XENT_API const char *xent_status_string(xent_status status);
+
+/* The message of the last failed call on this thread: names the argument and,
+ * for targets, the first bad row and its value. "" when no call failed yet.
+ * Valid until the next xent call on this thread. */
+XENT_API const char *xent_last_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* Inputs                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef enum xent_dtype {
+  XENT_FLOAT32 = 0,
+  XENT_BFLOAT16 = 1,
+  XENT_FLOAT16 = 2
+} xent_dtype;
+#define XENT_F32 XENT_FLOAT32
+#define XENT_BF16 XENT_BFLOAT16
+#define XENT_F16 XENT_FLOAT16
+
+typedef enum xent_index_type {
+  XENT_INT32 = 0,
+  XENT_INT64 = 1
+} xent_index_type;
+
+typedef struct xent_input {
+  void *logits;              /* rows x vocab, row r starts at logits + r * row_stride elements.
+                                Written only by xent_forward_grad (with the gradient).       */
+  xent_dtype dtype;          /* of the logits (and of the gradient written over them)      */
+  int64_t rows;              /* BT >= 0 (0 is valid)                                        */
+  int64_t vocab;             /* V, 1 <= V <= INT32_MAX                                      */
+  int64_t row_stride;        /* elements between row starts; 0 means vocab (packed rows)    */
+  const void *targets;       /* rows class indices in [0, V), or ignore_index               */
+  xent_index_type target_type;
+  const float *weights;      /* optional class weights, V finite floats; NULL: unweighted   */
+} xent_input;
+
+/* ------------------------------------------------------------------------ */
+/* Options                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef enum xent_reduction {
+  XENT_REDUCTION_MEAN = 0,   /* default */
+  XENT_REDUCTION_SUM = 1,
+  XENT_REDUCTION_NONE = 2
+} xent_reduction;
+
+typedef enum xent_target_check {
+  /* Default. Every target is checked before anything is written. A bad one
+   * makes the call return XENT_ERROR_BAD_TARGET naming the first bad row and
+   * its value, with logits and outputs untouched. On the CUDA backend the
+   * check runs on the device and the call waits for its verdict (one small
+   * device-to-host copy), so it cannot be captured in a CUDA graph. */
+  XENT_TARGETS_CHECKED = 0,
+  /* Graph-safe: no host synchronisation at all. Targets are still checked on
+   * the device and never used to index out of bounds. A bad row gets a NaN
+   * loss (so a reduced loss is NaN), NaN z-loss, accuracy 0, a zero gradient
+   * row, and counts in N; weights are not read for it. The call returns
+   * XENT_OK: watch the loss. The CPU backend reads targets on the host
+   * anyway, so there it checks them in both modes. */
+  XENT_TARGETS_UNCHECKED = 1
+} xent_target_check;
+
+typedef struct xent_options {
+  xent_reduction reduction;  /* XENT_REDUCTION_MEAN                                         */
+  int64_t ignore_index;      /* -100; any value (a real class index is fine)                */
+  float label_smoothing;     /* 0.0, in [0, 1]                                              */
+  float lse_square_scale;    /* 0.0, z-loss weight s >= 0, finite                           */
+  int use_softcap;           /* 0: off (default); 1: x' = softcap * tanh(x / softcap)       */
+  float softcap;             /* > 0 and finite when use_softcap is 1                        */
+  xent_target_check target_check; /* XENT_TARGETS_CHECKED                                   */
+} xent_options;
+
+#define XENT_OPTIONS_INIT {XENT_REDUCTION_MEAN, -100, 0.0f, 0.0f, 0, 0.0f, XENT_TARGETS_CHECKED}
+
+/* The defaults above, as a value. */
+XENT_API xent_options xent_options_default(void);
+
+/* ------------------------------------------------------------------------ */
+/* Outputs (all fp32 except predicted; all on the same side as the logits)   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct xent_output {
+  float *loss;               /* required: 1 value (mean, sum) or rows values (none); includes z-loss.
+                                May be NULL only for reduction none with rows == 0.            */
+  float *z_loss;             /* optional: the z-loss part, same count as loss                  */
+  float *token_accuracy;     /* optional: mean/sum: fraction of non-ignored rows whose first
+                                arg-max equals the target (NaN when there are none);
+                                none: rows values of 1 or 0                                   */
+  int64_t *predicted;        /* optional: rows values, the first arg-max of x' (-1 if ignored) */
+  float *lse;                /* optional: rows values of log-sum-exp of x' (0 if ignored)      */
+} xent_output;
+
+/* ------------------------------------------------------------------------ */
+/* Where to run                                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef enum xent_backend {
+  XENT_BACKEND_AUTO = 0,     /* CUDA when the logits are device memory, else CPU            */
+  XENT_BACKEND_CPU = 1,
+  XENT_BACKEND_CUDA = 2
+} xent_backend;
+
+typedef struct xent_exec {
+  xent_backend backend;      /* XENT_BACKEND_AUTO                                            */
+  int device;                /* CUDA device ordinal (AUTO: taken from the logits pointer)    */
+  void *stream;              /* cudaStream_t to run on; NULL is the legacy default stream    */
+  void *workspace;           /* optional CUDA scratch, device memory, 256-byte aligned        */
+  size_t workspace_bytes;    /* its size, at least xent_workspace_size(rows)                 */
+  int num_threads;           /* CPU threads; 0 uses every available core                     */
+} xent_exec;
+
+#define XENT_EXEC_INIT {XENT_BACKEND_AUTO, 0, NULL, NULL, 0, 0}
+
+XENT_API xent_exec xent_exec_default(void);
+
+/* Bytes of CUDA scratch a call with this many rows uses (0 for rows == 0 is
+ * never returned: there is always a small header). */
+XENT_API size_t xent_workspace_size(int64_t rows);
+
+/* ------------------------------------------------------------------------ */
+/* Forward and backward                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Loss (and the optional outputs) without a gradient. The logits are only
+ * read; evaluation code uses this. */
+XENT_API xent_status xent_forward(const xent_input *in, const xent_options *opt,
+                                  const xent_output *out, const xent_exec *exec);
+
+/* Loss and the gradient: on success the logits hold d(loss)/d(logits) in the
+ * same dtype and layout (padding between rows is left alone). The gradient
+ * is for an upstream gradient of 1: mean/sum scaling is already applied. */
+XENT_API xent_status xent_forward_grad(const xent_input *in, const xent_options *opt,
+                                       const xent_output *out, const xent_exec *exec);
+
+/* The backward pass: multiplies the gradient that xent_forward_grad left in
+ * `grad` by grad_output, in place. grad_output points to 1 float (reductions
+ * mean and sum) or to `rows` floats, one per row (reduction none), on the same
+ * side as `grad`. On the GPU the value is read on the device (no host sync);
+ * a scalar grad_output of exactly 1 skips the pass over `grad`. */
+XENT_API xent_status xent_backward(void *grad, xent_dtype dtype, int64_t rows, int64_t vocab,
+                                   int64_t row_stride, const float *grad_output,
+                                   int64_t grad_output_count, const xent_exec *exec);
+
+/* The same with the scalar known on the host: returns at once when it is 1. */
+XENT_API xent_status xent_backward_scale(void *grad, xent_dtype dtype, int64_t rows,
+                                         int64_t vocab, int64_t row_stride, float grad_output,
+                                         const xent_exec *exec);
+
+/* ------------------------------------------------------------------------ */
+/* What this build and machine support                                       */
+/* ------------------------------------------------------------------------ */
+
+typedef struct xent_info {
+  int version_major, version_minor, version_patch;
+  int cpu_backend;           /* always 1                                                     */
+  int cpu_threads;           /* threads the CPU backend uses when num_threads is 0           */
+  int cuda_built;            /* 1 when the CUDA backend is compiled in                       */
+  int cuda_devices;          /* devices the driver reports; 0 without a GPU or driver        */
+  int cuda_runtime_version;  /* e.g. 13000; 0 when not built                                  */
+  int cuda_driver_version;   /* 0 when there is no driver                                    */
+} xent_info;
+
+XENT_API xent_status xent_get_info(xent_info *info);
+
+typedef struct xent_device_info {
+  char name[256];
+  int sm_major, sm_minor;    /* compute capability                                           */
+  int multiprocessors;
+  int cluster_launch;        /* 1 when thread-block clusters are available (sm_90 and newer) */
+  size_t global_memory;      /* bytes                                                        */
+  size_t shared_memory_per_block_optin;
+} xent_device_info;
+
+XENT_API xent_status xent_get_device_info(int device, xent_device_info *info);
+
+/* "0.1.0" */
+XENT_API const char *xent_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XENT_H */
