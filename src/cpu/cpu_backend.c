@@ -1,0 +1,714 @@
+/*
+ * cpu_backend.c - the CPU backend: fused cross-entropy forward (with the
+ * gradient written over the logits in place) and the in-place backward
+ * scale. OpenMP threads over rows; each row is handled by one thread, start
+ * to end, so results do not depend on the thread count.
+ *
+ * One row, three passes (the row stays in L2 after the first):
+ *   1. read x: max, NaN check (and sum x', sum w x' for label smoothing);
+ *      with softcap x' = cap tanh(x / cap) and 1 - tanh^2 go to a
+ *      per-thread fp32 scratch
+ *   2. e_j = exp(x'_j - max), sum e; e goes over fp32 logits in place, or to
+ *      the scratch for bf16/fp16 and softcap (nothing is stored without a
+ *      gradient); meanwhile the next row is prefetched towards L2
+ *   3. g_j = a e_j / sum - b (w_j) [times 1 - tanh^2], rounded to the
+ *      logits' dtype; the target element is then recomputed in fp32 with
+ *      its -c folded in before rounding
+ * One exp per element, fp32 accumulation (sums in blocks, then blocks
+ * summed), bf16/fp16 converted in registers. The per-row formulas come from
+ * common/rowmath.h. Per-row results go to an O(rows) buffer that is reduced
+ * in row order, in double, at the end. Rows with a NaN, a +inf, or nothing
+ * but -inf get a NaN loss and a NaN gradient row.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "common/rowmath.h"
+#include "cpu/simd.h"
+#include "internal.h"
+
+/* Elements per block of the two-level (block, then row) fp32 sums. */
+#define SUM_BLOCK 1024
+
+/* ------------------------------------------------------------------------ */
+/* Scalar conversions (single elements: the target fix-up)                   */
+/* ------------------------------------------------------------------------ */
+
+static inline float bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+static float load_one(const void *row, int64_t j, int dt) {
+  if (dt == DT_F32) return ((const float *)row)[j];
+  uint16_t h = ((const uint16_t *)row)[j];
+  if (dt == DT_BF16) return bits_f32((uint32_t)h << 16);
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu;
+  float mag;
+  if (em >= 0x7c00u) mag = bits_f32((em << 13) | 0x7f800000u);
+  else if (em >= 0x0400u) mag = bits_f32((em << 13) + (112u << 23));
+  else mag = (float)em * 0x1p-24f;
+  return bits_f32(f32_bits(mag) | sign);
+}
+
+static void store_one(void *row, int64_t j, float v, int dt) {
+  if (dt == DT_F32) {
+    ((float *)row)[j] = v;
+    return;
+  }
+  /* Through the vector conversion, so both paths round identically. */
+  uint16_t buf[8];
+  if (dt == DT_BF16) f32_to_bf16x8(buf, vsplat(v));
+  else f32_to_f16x8(buf, vsplat(v));
+  ((uint16_t *)row)[j] = buf[0];
+}
+
+/* ------------------------------------------------------------------------ */
+/* Threads                                                                   */
+/* ------------------------------------------------------------------------ */
+
+int xent_cpu_default_threads(void) {
+#ifdef _OPENMP
+  int n = omp_get_max_threads();
+  return n > 0 ? n : 1;
+#else
+  return 1;
+#endif
+}
+
+/* Threads for `rows` rows of `work` elements in all. */
+static int pick_threads(int requested, int64_t rows, int64_t work) {
+  int nt = requested > 0 ? requested : xent_cpu_default_threads();
+  if ((int64_t)nt > rows) nt = (int)(rows > 0 ? rows : 1);
+  if (work < ((int64_t)1 << 15)) nt = 1; /* not worth waking a team */
+  return nt < 1 ? 1 : nt;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Forward: the passes over one row                                          */
+/* ------------------------------------------------------------------------ */
+
+#define ESZ(dt) ((dt) == DT_F32 ? 4 : 2)
+/* bf16 rows without softcap or weighted smoothing are read 16 at a time as
+ * even and odd elements (see bf16x16_to_f32_eo): pass 2 stores e in that
+ * order within each full block of 16, and pass 3 restores it. */
+#define EO(dt, eo) ((dt) == DT_BF16 && (eo) && XENT_SIMD_BF16_EO)
+#define AT(p, j, dt) ((const void *)((const char *)(p) + (size_t)(j) * ESZ(dt)))
+#define AT_W(p, j, dt) ((void *)((char *)(p) + (size_t)(j) * ESZ(dt)))
+
+typedef struct pass1_out {
+  float m, sum_x, sum_wx;
+  int nan; /* some x' is NaN */
+} pass1_out;
+
+/* Pass 1 without softcap: max; mode 1 adds sum x, mode 2 also sum w x
+ * (never with eo). */
+XENT_AI pass1_out pass1_plain(const void *x, int64_t V, const float *w, const int mode,
+                              const int dt, const int eo) {
+  const v8f ninf = vsplat(-__builtin_inff());
+  v8f m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
+  v8f sx = vsplat(0.0f), swx = vsplat(0.0f);
+  v8i nan = vsplati(0);
+  for (int64_t jb = 0; jb < V; jb += SUM_BLOCK) {
+    const int64_t je = jb + SUM_BLOCK < V ? jb + SUM_BLOCK : V;
+    v8f s0 = vsplat(0.0f), s1 = s0, s2 = s0, s3 = s0;
+    v8f w0 = s0, w1 = s0, w2 = s0, w3 = s0;
+    int64_t j = jb;
+    for (; j + 32 <= je; j += 32) {
+      v8f a, b, c, d;
+      if (EO(dt, eo)) {
+        bf16x16_to_f32_eo(AT(x, j, dt), &a, &b);
+        bf16x16_to_f32_eo(AT(x, j + 16, dt), &c, &d);
+      } else {
+        a = vload(AT(x, j, dt), dt);
+        b = vload(AT(x, j + 8, dt), dt);
+        c = vload(AT(x, j + 16, dt), dt);
+        d = vload(AT(x, j + 24, dt), dt);
+      }
+      m0 = vmax(m0, a);
+      m1 = vmax(m1, b);
+      m2 = vmax(m2, c);
+      m3 = vmax(m3, d);
+      nan |= vunord(a, b) | vunord(c, d);
+      if (mode >= 1) {
+        s0 += a;
+        s1 += b;
+        s2 += c;
+        s3 += d;
+      }
+      if (mode == 2) {
+        v8f wa, wb, wc, wd;
+        memcpy(&wa, w + j, 32);
+        memcpy(&wb, w + j + 8, 32);
+        memcpy(&wc, w + j + 16, 32);
+        memcpy(&wd, w + j + 24, 32);
+        w0 = vfma(wa, a, w0);
+        w1 = vfma(wb, b, w1);
+        w2 = vfma(wc, c, w2);
+        w3 = vfma(wd, d, w3);
+      }
+    }
+    for (; j + 8 <= je; j += 8) {
+      v8f a = vload(AT(x, j, dt), dt);
+      m0 = vmax(m0, a);
+      nan |= vunord(a, a);
+      if (mode >= 1) s0 += a;
+      if (mode == 2) {
+        v8f wa;
+        memcpy(&wa, w + j, 32);
+        w0 = vfma(wa, a, w0);
+      }
+    }
+    if (j < je) {
+      int n = (int)(je - j);
+      v8f a = vload_part(AT(x, j, dt), n, dt);
+      m0 = vmax(m0, vsel(vlanes_below(n), a, ninf));
+      nan |= vunord(a, a); /* lanes >= n are 0 */
+      if (mode >= 1) s0 += a; /* lanes >= n are 0 */
+      if (mode == 2) {
+        v8f wa = vload_part(w + j, n, DT_F32);
+        w0 = vfma(wa, a, w0);
+      }
+    }
+    if (mode >= 1) sx += (s0 + s1) + (s2 + s3);
+    if (mode == 2) swx += (w0 + w1) + (w2 + w3);
+  }
+  pass1_out o;
+  o.m = vhmax(vmax(vmax(m0, m1), vmax(m2, m3)));
+  o.nan = vany(nan);
+  o.sum_x = mode >= 1 ? vhsum(sx) : 0.0f;
+  o.sum_wx = mode == 2 ? vhsum(swx) : 0.0f;
+  return o;
+}
+
+/* Pass 1 with softcap: also writes x' to E and, when F is set, 1 - tanh^2. */
+XENT_AI pass1_out pass1_cap(const void *x, int64_t V, const float *w, const int mode,
+                            float cap, float inv_cap, float *E, float *F, const int dt) {
+  const v8f ninf = vsplat(-__builtin_inff());
+  const v8f vcap = vsplat(cap), vinv = vsplat(inv_cap);
+  v8f m0 = ninf, sx = vsplat(0.0f), swx = vsplat(0.0f);
+  v8i nan = vsplati(0);
+  for (int64_t jb = 0; jb < V; jb += SUM_BLOCK) {
+    const int64_t je = jb + SUM_BLOCK < V ? jb + SUM_BLOCK : V;
+    v8f s0 = vsplat(0.0f), w0 = s0;
+    for (int64_t j = jb; j < je; j += 8) {
+      int n = je - j >= 8 ? 8 : (int)(je - j);
+      v8f a = n == 8 ? vload(AT(x, j, dt), dt) : vload_part(AT(x, j, dt), n, dt);
+      v8f t, fac;
+      vtanh(a * vinv, &t, &fac);
+      v8f xp = vcap * t;
+      nan |= vunord(xp, xp); /* padded lanes: tanh(0) = 0 */
+      if (n == 8) {
+        memcpy(E + j, &xp, 32);
+        if (F) memcpy(F + j, &fac, 32);
+        m0 = vmax(m0, xp);
+      } else {
+        vstore_part(E + j, xp, n, DT_F32);
+        if (F) vstore_part(F + j, fac, n, DT_F32);
+        m0 = vmax(m0, vsel(vlanes_below(n), xp, ninf));
+      }
+      if (mode >= 1) s0 += xp; /* padded lanes: tanh(0) = 0 */
+      if (mode == 2) {
+        v8f wa = n == 8 ? vload(w + j, DT_F32) : vload_part(w + j, n, DT_F32);
+        w0 = vfma(wa, xp, w0);
+      }
+    }
+    sx += s0;
+    swx += w0;
+  }
+  pass1_out o;
+  o.m = vhmax(m0);
+  o.nan = vany(nan);
+  o.sum_x = mode >= 1 ? vhsum(sx) : 0.0f;
+  o.sum_wx = mode == 2 ? vhsum(swx) : 0.0f;
+  return o;
+}
+
+/* Pass 2: e_j = 2^(x_j log2(e) + c) with c = -m log2(e) rounded (so e_j is
+ * exp(x_j - m) up to a factor common to the row, which the caller takes out
+ * of the log-sum-exp); returns sum e, and stores e in dst when set. No x is
+ * NaN and m is finite (the caller checks), so the exponents are <= 0 or -inf.
+ * pf, when set, is the next row (pf_es bytes per element): its lines are
+ * prefetched towards L2 along the way, so its pass 1 does not wait on DRAM. */
+XENT_AI float pass2(const void *x, int64_t V, float c, float *dst, const char *pf, int pf_es,
+                    const int dt, const int eo) {
+  const v8f vl = vsplat(1.44269504088896341f), vc = vsplat(c);
+  v8f tot = vsplat(0.0f);
+  for (int64_t jb = 0; jb < V; jb += SUM_BLOCK) {
+    const int64_t je = jb + SUM_BLOCK < V ? jb + SUM_BLOCK : V;
+    v8f s0 = vsplat(0.0f), s1 = s0;
+    int64_t j = jb;
+    for (; j + 16 <= je; j += 16) {
+      if (pf) __builtin_prefetch(pf + (size_t)j * (size_t)pf_es, 0, 2);
+      v8f xa, xb;
+      if (EO(dt, eo)) {
+        bf16x16_to_f32_eo(AT(x, j, dt), &xa, &xb);
+      } else {
+        xa = vload(AT(x, j, dt), dt);
+        xb = vload(AT(x, j + 8, dt), dt);
+      }
+      v8f a = vexp2_nonan(vfma(xa, vl, vc));
+      v8f b = vexp2_nonan(vfma(xb, vl, vc));
+      if (dst) {
+        memcpy(dst + j, &a, 32);
+        memcpy(dst + j + 8, &b, 32);
+      }
+      s0 += a;
+      s1 += b;
+    }
+    if (j + 8 <= je) {
+      v8f a = vexp2_nonan(vfma(vload(AT(x, j, dt), dt), vl, vc));
+      if (dst) memcpy(dst + j, &a, 32);
+      s0 += a;
+      j += 8;
+    }
+    if (j < je) {
+      int n = (int)(je - j);
+      v8f a = vexp2_nonan(vfma(vload_part(AT(x, j, dt), n, dt), vl, vc));
+      a = (v8f)(vlanes_below(n) & (v8i)a);
+      if (dst) vstore_part(dst + j, a, n, DT_F32);
+      s1 += a;
+    }
+    tot += s0 + s1;
+  }
+  if (pf) __builtin_prefetch(pf + (size_t)V * (size_t)pf_es - 1, 0, 2);
+  return vhsum(tot);
+}
+
+/* 8 gradient values from e (and w, fac when given). */
+XENT_AI v8f grad8(const float *e, const float *w, const float *fac, v8f va, v8f vnb) {
+  v8f ev, g;
+  memcpy(&ev, e, 32);
+  if (w) {
+    v8f wv;
+    memcpy(&wv, w, 32);
+    g = vfma(vnb, wv, va * ev);
+  } else {
+    g = vfma(va, ev, vnb);
+  }
+  if (fac) {
+    v8f fv;
+    memcpy(&fv, fac, 32);
+    g *= fv;
+  }
+  return g;
+}
+
+/* Pass 3: g_j = (ap e_j - b w_j) fac_j into the row (w, F optional). */
+XENT_AI void pass3(const float *E, int64_t V, float ap, float b, const float *w, const float *F,
+                   void *row, const int dt, const int eo) {
+  const v8f va = vsplat(ap), vnb = vsplat(-b);
+  int64_t j = 0;
+  for (; j + 16 <= V; j += 16) {
+    v8f g0 = grad8(E + j, w ? w + j : NULL, F ? F + j : NULL, va, vnb);
+    v8f g1 = grad8(E + j + 8, w ? w + j + 8 : NULL, F ? F + j + 8 : NULL, va, vnb);
+    if (EO(dt, eo)) {
+      f32_to_bf16x16_eo(AT_W(row, j, dt), g0, g1);
+    } else if (dt == DT_BF16) {
+      f32_to_bf16x16(AT_W(row, j, dt), g0, g1, 1);
+    } else {
+      vstore(AT_W(row, j, dt), g0, dt);
+      vstore(AT_W(row, j + 8, dt), g1, dt);
+    }
+  }
+  for (; j + 8 <= V; j += 8)
+    vstore(AT_W(row, j, dt), grad8(E + j, w ? w + j : NULL, F ? F + j : NULL, va, vnb), dt);
+  if (j < V) {
+    int n = (int)(V - j);
+    v8f e = vload_part(E + j, n, DT_F32), g;
+    if (w) g = vfma(vnb, vload_part(w + j, n, DT_F32), va * e);
+    else g = vfma(va, e, vnb);
+    if (F) g *= vload_part(F + j, n, DT_F32);
+    vstore_part(AT_W(row, j, dt), g, n, dt);
+  }
+}
+
+/* Every element of the row set to v. */
+XENT_AI void fill_row(void *row, int64_t V, float v, const int dt) {
+  int64_t j = 0;
+  for (; j + 8 <= V; j += 8) vstore(AT_W(row, j, dt), vsplat(v), dt);
+  if (j < V) vstore_part(AT_W(row, j, dt), vsplat(v), (int)(V - j), dt);
+}
+
+/* First j with x_j == m, or -1. */
+XENT_AI int64_t first_equal(const void *x, int64_t V, float m, const int dt) {
+  const v8f vm = vsplat(m);
+  int64_t j = 0;
+  for (; j + 8 <= V; j += 8) {
+    if (vany(vload(AT(x, j, dt), dt) == vm)) break;
+  }
+  for (; j < V; j++)
+    if (load_one(x, j, dt) == m) return j;
+  return -1;
+}
+
+/* First NaN, or 0 when there is none. */
+static int64_t first_nan(const void *x, int64_t V, int dt) {
+  for (int64_t j = 0; j < V; j++)
+    if (isnan(load_one(x, j, dt))) return j;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Forward: rows                                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef struct row_res {
+  float loss; /* loss terms before any reduction scale (z excluded) */
+  float z;
+  float lse;
+  int32_t correct;
+  int64_t pred;
+} row_res;
+
+typedef struct fwd_ctx {
+  const xent_call *c;
+  xent_consts k;
+  float scale_loss, scale_z;
+  float cap, inv_cap;
+  int mode;      /* 0: no sums, 1: sum x, 2: sum x and sum w x */
+  int want_pred; /* predicted or token_accuracy requested */
+  int prefetch;  /* prefetch the next row during pass 2 */
+} fwd_ctx;
+
+/* One non-ignored row of logits x (dtype dt). E, F: per-thread scratch of
+ * V floats each: E for x' or e unless they go over fp32 logits in place
+ * (NULL then), F only with softcap and a gradient. */
+XENT_AI void row_forward(const fwd_ctx *f, void *x, int64_t y, float *E, float *F, row_res *o,
+                         const void *next, const int dt) {
+  const xent_call *c = f->c;
+  const int64_t V = c->in.vocab;
+  const float *w = c->in.weights;
+  const int grad = c->write_grad, softcap = c->opt.use_softcap;
+  const float *w_sm = f->mode == 2 ? w : NULL;
+  const int eo = EO(dt, !softcap && f->mode != 2);
+
+  /* Pass 1, then what needs x' before pass 2 may overwrite it. */
+  pass1_out p;
+  const void *xp;  /* x' as pass 2 reads it */
+  int xp_dt;
+  if (softcap) {
+    /* x' goes over fp32 logits in place when they get the gradient anyway. */
+    if (dt == DT_F32 && grad) E = (float *)x;
+    if (f->mode == 0) p = pass1_cap(x, V, w_sm, 0, f->cap, f->inv_cap, E, F, dt);
+    else if (f->mode == 1) p = pass1_cap(x, V, w_sm, 1, f->cap, f->inv_cap, E, F, dt);
+    else p = pass1_cap(x, V, w_sm, 2, f->cap, f->inv_cap, E, F, dt);
+    xp = E;
+    xp_dt = DT_F32;
+  } else {
+    if (f->mode == 0) p = pass1_plain(x, V, w_sm, 0, dt, 1);
+    else if (f->mode == 1) p = pass1_plain(x, V, w_sm, 1, dt, 1);
+    else p = pass1_plain(x, V, w_sm, 2, dt, 0);
+    xp = x;
+    xp_dt = dt;
+  }
+  const float m = p.m;
+  const float xy = xp_dt == DT_F32 ? ((const float *)xp)[y] : load_one(xp, y, dt);
+  int64_t pred = 0;
+  if (f->want_pred) {
+    /* NaN counts as the largest value, as in torch.argmax. */
+    if (p.nan) pred = first_nan(xp, V, xp_dt);
+    else if (xp_dt == DT_F32) pred = first_equal(xp, V, m, DT_F32);
+    else pred = first_equal(xp, V, m, dt);
+    if (pred < 0) pred = 0; /* not reached: m is one of the values */
+  }
+
+  /* A NaN, a +inf (x - m would be NaN) or a row of -inf: the exact formulas
+   * give a NaN loss and a NaN gradient row, and so does this. */
+  const int bad = p.nan || !(m > -INFINITY && m < INFINITY);
+
+  /* Pass 2: exponentials into E (fp32 logits: in place) when a gradient follows. */
+  float *dst = NULL;
+  if (grad) dst = dt == DT_F32 ? (float *)x : E;
+  /* e_j = 2^(x_j log2(e) + cm): cm = -m log2(e) + d, where d (exact, from
+   * an fma) is its rounding error; every e_j and their sum carry 2^d, which
+   * cancels in e_j / sum and comes out of the log-sum-exp. */
+  const float log2e = 1.44269504088896341f;
+  const float cm = -m * log2e;
+  const float d = bad ? 0.0f : fmaf(m, log2e, cm);
+  float s = NAN;
+  if (bad) dst = NULL;
+  else if (xp_dt == DT_F32) s = pass2(xp, V, cm, dst, (const char *)next, ESZ(dt), DT_F32, 0);
+  else if (eo) s = pass2(xp, V, cm, dst, (const char *)next, ESZ(dt), dt, 1);
+  else s = pass2(xp, V, cm, dst, (const char *)next, ESZ(dt), dt, 0);
+  const float lse = m + (logf(s) - d * 0.693147180559945309f);
+
+  xent_row_stats st;
+  st.lse = lse;
+  st.xy = xy;
+  st.sum_x = p.sum_x;
+  st.sum_wx = p.sum_wx;
+  st.wy = w ? w[y] : 1.0f;
+  o->loss = xent_row_loss(&f->k, &st);
+  o->z = xent_row_z(&f->k, lse);
+  o->lse = lse;
+  o->pred = pred;
+  o->correct = pred == y;
+
+  if (!grad) return;
+  if (bad) {
+    fill_row(x, V, NAN, dt);
+    return;
+  }
+  /* Pass 3. */
+  const xent_row_coef g = xent_row_coefficients(&f->k, &st, f->scale_loss, f->scale_z);
+  const float ap = g.a / s;
+  const int64_t ye = eo && y < (V & ~(int64_t)15)
+                        ? (y & ~(int64_t)15) + ((y & 1) << 3) + ((y & 15) >> 1)
+                        : y; /* where e_y is */
+  const float ey = dst[ye];
+  const float *Ff = softcap ? F : NULL;
+  if (eo) pass3(dst, V, ap, g.b, NULL, NULL, x, dt, 1);
+  else pass3(dst, V, ap, g.b, w_sm, Ff, x, dt, 0);
+  /* The target, with -c folded in fp32 before rounding. */
+  float gy = w_sm ? fmaf(-g.b, w[y], ap * ey) : fmaf(ap, ey, -g.b);
+  gy -= g.c;
+  if (Ff) gy *= Ff[y];
+  store_one(x, y, gy, dt);
+}
+
+static int64_t target_of(const xent_call *c, int64_t r) {
+  return c->in.target_type == XENT_INT32 ? (int64_t)((const int32_t *)c->in.targets)[r]
+                                         : ((const int64_t *)c->in.targets)[r];
+}
+
+/* Rows [r0, r1) of one thread. */
+XENT_AI void rows_forward(const fwd_ctx *f, int64_t r0, int64_t r1, float *E, float *F,
+                          row_res *res, const int dt) {
+  const xent_call *c = f->c;
+  const int64_t V = c->in.vocab, S = c->in.row_stride;
+  for (int64_t r = r0; r < r1; r++) {
+    void *x = (char *)c->in.logits + (size_t)r * (size_t)S * ESZ(dt);
+    int64_t y = target_of(c, r);
+    row_res *o = &res[r];
+    if (y == c->opt.ignore_index) {
+      o->loss = 0.0f;
+      o->z = 0.0f;
+      o->lse = 0.0f;
+      o->pred = -1;
+      o->correct = 0;
+      if (c->write_grad) memset(x, 0, (size_t)V * ESZ(dt));
+      continue;
+    }
+    const void *next = NULL;
+    if (f->prefetch && r + 1 < r1 && target_of(c, r + 1) != c->opt.ignore_index)
+      next = (const char *)x + (size_t)S * ESZ(dt);
+    row_forward(f, x, y, E, F, o, next, dt);
+  }
+}
+
+static void rows_f32(const fwd_ctx *f, int64_t r0, int64_t r1, float *E, float *F,
+                     row_res *res) {
+  rows_forward(f, r0, r1, E, F, res, DT_F32);
+}
+static void rows_bf16(const fwd_ctx *f, int64_t r0, int64_t r1, float *E, float *F,
+                      row_res *res) {
+  rows_forward(f, r0, r1, E, F, res, DT_BF16);
+}
+static void rows_f16(const fwd_ctx *f, int64_t r0, int64_t r1, float *E, float *F,
+                     row_res *res) {
+  rows_forward(f, r0, r1, E, F, res, DT_F16);
+}
+
+xent_status xent_cpu_forward(const xent_call *c) {
+  const int64_t rows = c->in.rows, V = c->in.vocab;
+  const float *w = c->in.weights;
+  const xent_output *out = &c->out;
+
+  fwd_ctx f;
+  memset(&f, 0, sizeof f);
+  f.c = c;
+  f.k.alpha = c->opt.label_smoothing;
+  f.k.eps = c->opt.label_smoothing / (float)V;
+  f.k.inv_vocab = 1.0f / (float)V;
+  f.k.s = c->opt.lse_square_scale;
+  f.k.weighted = w != NULL;
+  f.k.smoothing = c->opt.label_smoothing > 0.0f;
+  if (w) {
+    double sw = 0.0;
+    for (int64_t j = 0; j < V; j++) sw += w[j];
+    f.k.sum_w = (float)sw;
+  }
+  f.mode = !f.k.smoothing ? 0 : (w ? 2 : 1);
+  f.want_pred = out->predicted != NULL || out->token_accuracy != NULL;
+  f.cap = c->opt.softcap;
+  f.inv_cap = c->opt.use_softcap ? 1.0f / c->opt.softcap : 0.0f;
+
+  /* N and W come from the targets alone (row order, double), so the
+   * gradient scale is known before any row is processed. */
+  int64_t n_valid = 0;
+  double w_valid = 0.0;
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t y = target_of(c, r);
+    if (y == c->opt.ignore_index) continue;
+    n_valid++;
+    if (w) w_valid += w[y];
+  }
+  f.scale_loss = 1.0f;
+  f.scale_z = 1.0f;
+  if (c->opt.reduction == XENT_REDUCTION_MEAN && n_valid > 0) {
+    f.scale_loss = (float)(1.0 / (w ? w_valid : (double)n_valid));
+    f.scale_z = (float)(1.0 / (double)n_valid);
+  }
+
+  /* Scratch: per thread, x' or e (V floats) unless they can go over fp32
+   * logits in place, and with softcap and a gradient 1 - tanh^2. */
+  const int nt = pick_threads(c->ex.num_threads, rows, rows * V);
+  const int softcap = c->opt.use_softcap;
+  const int need_e = c->in.dtype == XENT_FLOAT32 ? softcap && !c->write_grad
+                                                 : softcap || c->write_grad;
+  const int need_f = softcap && c->write_grad;
+  const size_t vpad = ((size_t)V + 15) & ~(size_t)15; /* 64-byte multiples */
+  const size_t per_thread = vpad * (size_t)(need_e + need_f);
+  /* Prefetch the next row while this one is in L2 when both rows and the
+   * scratch fit in a typical L2 (two rows and scratch within 384 KiB). */
+  f.prefetch = 2 * (size_t)V * xent_dtype_size(c->in.dtype) + per_thread * sizeof(float) <=
+               ((size_t)384 << 10);
+  void *scratch_raw = NULL;
+  float *scratch = NULL;
+  row_res *res = NULL;
+  if (rows > 0) {
+    res = (row_res *)malloc((size_t)rows * sizeof(row_res));
+    if (per_thread) {
+      scratch_raw = malloc(per_thread * (size_t)nt * sizeof(float) + 64);
+      scratch = (float *)(((uintptr_t)scratch_raw + 63) & ~(uintptr_t)63);
+    }
+    if (!res || (per_thread && !scratch_raw)) {
+      free(res);
+      free(scratch_raw);
+      return xent_fail(XENT_ERROR_OUT_OF_MEMORY,
+                       "CPU backend: cannot allocate %lld rows of results and %zu bytes of scratch",
+                       (long long)rows, per_thread * (size_t)nt * sizeof(float));
+    }
+  }
+
+  void (*rows_fn)(const fwd_ctx *, int64_t, int64_t, float *, float *, row_res *) =
+      c->in.dtype == XENT_BFLOAT16 ? rows_bf16 : c->in.dtype == XENT_FLOAT16 ? rows_f16 : rows_f32;
+
+  /* Chunks of rows handed out dynamically (ignored rows cost nothing). */
+  int64_t chunk = rows / ((int64_t)nt * 16);
+  if (chunk < 1) chunk = 1;
+  if (chunk > 64) chunk = 64;
+  const int64_t nchunks = rows > 0 ? (rows + chunk - 1) / chunk : 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+  {
+#ifdef _OPENMP
+    const int tid = omp_get_thread_num();
+#else
+    const int tid = 0;
+#endif
+    float *E = need_e ? scratch + per_thread * (size_t)tid : NULL;
+    float *F = need_f ? scratch + per_thread * (size_t)tid + vpad * (size_t)need_e : NULL;
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+    for (int64_t k = 0; k < nchunks; k++) {
+      int64_t r0 = k * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+      rows_fn(&f, r0, r1, E, F, res);
+    }
+  }
+
+  if (c->opt.reduction == XENT_REDUCTION_NONE) {
+    for (int64_t r = 0; r < rows; r++) {
+      out->loss[r] = res[r].loss + res[r].z;
+      if (out->z_loss) out->z_loss[r] = res[r].z;
+      if (out->token_accuracy) out->token_accuracy[r] = (float)res[r].correct;
+    }
+  } else {
+    double ls = 0.0, zs = 0.0;
+    int64_t correct = 0;
+    for (int64_t r = 0; r < rows; r++) {
+      ls += res[r].loss;
+      zs += res[r].z;
+      correct += res[r].correct;
+    }
+    double loss, z;
+    if (c->opt.reduction == XENT_REDUCTION_MEAN) {
+      double d = w ? w_valid : (double)n_valid;
+      loss = n_valid ? ls / d + zs / (double)n_valid : (double)NAN;
+      z = n_valid ? zs / (double)n_valid : (double)NAN;
+    } else {
+      loss = ls + zs;
+      z = zs;
+    }
+    out->loss[0] = (float)loss;
+    if (out->z_loss) out->z_loss[0] = (float)z;
+    if (out->token_accuracy)
+      out->token_accuracy[0] = n_valid ? (float)((double)correct / (double)n_valid) : NAN;
+  }
+  if (out->predicted)
+    for (int64_t r = 0; r < rows; r++) out->predicted[r] = res[r].pred;
+  if (out->lse)
+    for (int64_t r = 0; r < rows; r++) out->lse[r] = res[r].lse;
+  free(scratch_raw);
+  free(res);
+  return XENT_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Backward: grad *= scale, in place                                         */
+/* ------------------------------------------------------------------------ */
+
+XENT_AI void scale_row(void *g, int64_t V, float s, const int dt) {
+  const v8f vs = vsplat(s);
+  int64_t j = 0;
+  for (; j + 16 <= V; j += 16) {
+    v8f a = vload(AT(g, j, dt), dt) * vs, b = vload(AT(g, j + 8, dt), dt) * vs;
+    if (dt == DT_BF16) {
+      f32_to_bf16x16(AT_W(g, j, dt), a, b, 0);
+    } else {
+      vstore(AT_W(g, j, dt), a, dt);
+      vstore(AT_W(g, j + 8, dt), b, dt);
+    }
+  }
+  for (; j + 8 <= V; j += 8) vstore(AT_W(g, j, dt), vload(AT(g, j, dt), dt) * vs, dt);
+  if (j < V) {
+    int n = (int)(V - j);
+    vstore_part(AT_W(g, j, dt), vload_part(AT(g, j, dt), n, dt) * vs, n, dt);
+  }
+}
+
+static void scale_row_f32(void *g, int64_t V, float s) { scale_row(g, V, s, DT_F32); }
+static void scale_row_bf16(void *g, int64_t V, float s) { scale_row(g, V, s, DT_BF16); }
+static void scale_row_f16(void *g, int64_t V, float s) { scale_row(g, V, s, DT_F16); }
+
+xent_status xent_cpu_backward(const xent_scale_call *c) {
+  const int64_t rows = c->rows, V = c->vocab, S = c->row_stride;
+  const size_t es = xent_dtype_size(c->dtype);
+  const float *go = NULL;
+  float scalar = c->host_scale;
+  if (c->grad_output) {
+    if (c->grad_output_count == 1) scalar = c->grad_output[0];
+    else go = c->grad_output;
+  }
+  if (!go && scalar == 1.0f) return XENT_OK;
+  void (*fn)(void *, int64_t, float) = c->dtype == XENT_BFLOAT16  ? scale_row_bf16
+                                       : c->dtype == XENT_FLOAT16 ? scale_row_f16
+                                                                  : scale_row_f32;
+  const int nt = pick_threads(c->ex.num_threads, rows, rows * V);
+  (void)nt;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+  for (int64_t r = 0; r < rows; r++) {
+    float s = go ? go[r] : scalar;
+    if (s == 1.0f) continue;
+    fn((char *)c->grad + (size_t)r * (size_t)S * es, V, s);
+  }
+  return XENT_OK;
+}
