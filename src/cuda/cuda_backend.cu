@@ -1,0 +1,500 @@
+/*
+ * cuda_backend.cu - the CUDA backend's host side: device queries, the
+ * workspace, the order of launches on the caller's stream, and the checked
+ * mode's one round trip.
+ *
+ * A forward call enqueues, on the caller's stream:
+ *   1. (mean, weights, accuracy or checked mode) memset of the workspace
+ *      header + count_kernel: N, W, sum of weights, first bad target/weight,
+ *      and the reduction scales, all left in device memory;
+ *   2. checked mode only: copy the header back and wait for it; a bad target
+ *      or weight returns an error here, before anything is written;
+ *   3. the forward kernel (one-read or two-read, see launch_table.h), which
+ *      reads the scales from the header;
+ *   4. (mean, sum) finalize_kernel: the reduced outputs.
+ * In unchecked mode nothing waits for the device, so the sequence can be
+ * captured in a CUDA graph.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/workspace.h"
+#include "cuda/kernels_aux.cuh"
+#include "cuda/kernels_forward.cuh"
+#include "cuda/launch_table.h"
+#include "cuda/tune.h"
+#include "internal.h"
+
+using namespace xent;
+
+namespace {
+
+/* ------------------------------------------------------------------------ */
+/* Errors and devices                                                        */
+/* ------------------------------------------------------------------------ */
+
+xent_status cuda_fail(cudaError_t e, const char *what) {
+  (void)cudaGetLastError(); /* clear a non-sticky error */
+  xent_status st = e == cudaErrorMemoryAllocation ? XENT_ERROR_OUT_OF_MEMORY : XENT_ERROR_CUDA;
+  return xent_fail(st, "%s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+#define CK(call)                                              \
+  do {                                                        \
+    cudaError_t e_ = (call);                                  \
+    if (e_ != cudaSuccess) return cuda_fail(e_, #call);       \
+  } while (0)
+
+int device_count() {
+  static int count = -1;
+  if (count < 0) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      (void)cudaGetLastError();
+      n = 0;
+    }
+    count = n;
+  }
+  return count;
+}
+
+struct dev_props {
+  int ready;
+  int sm_major;
+  int sms;
+  long long l2_bytes;
+};
+dev_props g_props[64];
+
+xent_status get_props(int dev, dev_props *out) {
+  if (dev >= 0 && dev < 64 && g_props[dev].ready) {
+    *out = g_props[dev];
+    return XENT_OK;
+  }
+  dev_props p = {0, 0, 0, 0};
+  int l2 = 0;
+  CK(cudaDeviceGetAttribute(&p.sm_major, cudaDevAttrComputeCapabilityMajor, dev));
+  CK(cudaDeviceGetAttribute(&p.sms, cudaDevAttrMultiProcessorCount, dev));
+  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  p.l2_bytes = l2;
+  p.ready = 1;
+  if (dev >= 0 && dev < 64) g_props[dev] = p;
+  *out = p;
+  return XENT_OK;
+}
+
+/* Set the calling thread's device for the duration of a call. */
+struct device_scope {
+  int prev, dev;
+};
+
+xent_status enter_device(int dev, device_scope *s) {
+  int n = device_count();
+  if (n == 0)
+    return xent_fail(XENT_ERROR_UNSUPPORTED, "no CUDA device (or no driver) on this machine");
+  if (dev >= n)
+    return xent_fail(XENT_ERROR_UNSUPPORTED, "device is %d but only %d CUDA device(s) exist", dev,
+                     n);
+  s->dev = dev;
+  CK(cudaGetDevice(&s->prev));
+  if (s->prev != dev) CK(cudaSetDevice(dev));
+  return XENT_OK;
+}
+
+void leave_device(const device_scope *s) {
+  if (s->prev != s->dev) (void)cudaSetDevice(s->prev);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Tuning override (xent-bench --tune)                                       */
+/* ------------------------------------------------------------------------ */
+
+xent_launch g_override = {0, 0, 0, 0};
+int g_override_on = 0;
+thread_local char g_last_launch[96] = "none";
+
+/* ------------------------------------------------------------------------ */
+/* Kernel selection                                                          */
+/* ------------------------------------------------------------------------ */
+
+typedef void (*fwd_kernel)(const fwd_params);
+
+template <typename T, bool G>
+fwd_kernel pick_oneread(int vecs) {
+  switch (vecs) {
+    case 2: return fwd_oneread<T, 2, G>;
+    case 4: return fwd_oneread<T, 4, G>;
+    case 8: return fwd_oneread<T, 8, G>;
+    case 16: return fwd_oneread<T, 16, G>;
+  }
+  return nullptr;
+}
+
+template <typename T>
+fwd_kernel pick_kernel(const xent_launch &l, bool general) {
+  if (!l.oneread) return general ? fwd_tworead<T, true> : fwd_tworead<T, false>;
+  return general ? pick_oneread<T, true>(l.vecs) : pick_oneread<T, false>(l.vecs);
+}
+
+fwd_kernel pick_kernel_dtype(xent_dtype dt, const xent_launch &l, bool general) {
+  switch (dt) {
+    case XENT_FLOAT32: return pick_kernel<float>(l, general);
+    case XENT_BFLOAT16: return pick_kernel<__nv_bfloat16>(l, general);
+    case XENT_FLOAT16: return pick_kernel<__half>(l, general);
+  }
+  return nullptr;
+}
+
+xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *l) {
+  const int es = (int)xent_dtype_size(c->in.dtype);
+  if (g_override_on && c->write_grad) {
+    /* vecs == 0: two-read with a cluster of max(cluster, 1); else one-read. */
+    xent_launch o = g_override;
+    o.oneread = o.vecs != 0;
+    if (o.cluster < 1) o.cluster = 1;
+    bool ok = o.cluster <= XENT_MAX_CLUSTER && (o.cluster == 1 || dp->sm_major >= 9) &&
+              o.threads >= 32 && o.threads % 32 == 0;
+    if (o.oneread)
+      ok = ok && o.threads <= XENT_MAX_ONEREAD_THREADS &&
+           (o.vecs == 2 || o.vecs == 4 || o.vecs == 8 || o.vecs == 16) &&
+           xent_launch_fits(&o, es, c->in.vocab);
+    else
+      ok = ok && o.threads <= 1024;
+    if (!ok)
+      return xent_fail(XENT_ERROR_UNSUPPORTED,
+                       "tune: cluster %d threads %d vecs %d cannot run V = %lld here", o.cluster,
+                       o.threads, o.vecs, (long long)c->in.vocab);
+    *l = o;
+    return XENT_OK;
+  }
+  *l = xent_launch_pick(dp->sm_major, dp->sms, dp->l2_bytes, es, c->in.vocab, c->write_grad);
+  return XENT_OK;
+}
+
+xent_status launch_forward(const xent_launch &l, xent_dtype dt, bool general,
+                           const fwd_params &p, cudaStream_t stream) {
+  fwd_kernel k = pick_kernel_dtype(dt, l, general);
+  if (!k) return xent_fail(XENT_ERROR_UNSUPPORTED, "no kernel for vecs = %d", l.vecs);
+  if (p.rows > 0x7fffffffLL / l.cluster)
+    return xent_fail(XENT_ERROR_UNSUPPORTED, "rows = %lld is more than one launch can hold",
+                     (long long)p.rows);
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = dim3((unsigned)(p.rows * l.cluster), 1, 1);
+  cfg.blockDim = dim3((unsigned)l.threads, 1, 1);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  if (l.cluster > 1) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)l.cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  CK(cudaLaunchKernelEx(&cfg, k, p));
+  snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d vecs=%d%s",
+           l.oneread ? "one-read" : "two-read", l.cluster, l.threads, l.vecs,
+           general ? " general" : "");
+  return XENT_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Forward                                                                   */
+/* ------------------------------------------------------------------------ */
+
+const float kNaN = __builtin_nanf("");
+
+xent_status forward_rows0(const xent_call *c, cudaStream_t stream) {
+  if (c->opt.reduction == XENT_REDUCTION_NONE) return XENT_OK;
+  float lv = c->opt.reduction == XENT_REDUCTION_MEAN ? kNaN : 0.0f;
+  fill_kernel<<<1, 1, 0, stream>>>(c->out.loss, c->out.z_loss, c->out.token_accuracy, lv, lv,
+                                   kNaN);
+  CK(cudaGetLastError());
+  return XENT_OK;
+}
+
+/* Checked mode: wait for the count kernel's verdict. */
+xent_status check_verdict(const xent_call *c, const ws_header *dh, cudaStream_t stream) {
+  ws_header h;
+  CK(cudaMemcpyAsync(&h, dh, sizeof h, cudaMemcpyDeviceToHost, stream));
+  CK(cudaStreamSynchronize(stream));
+  if (h.bad_target) {
+    long long r = (long long)(c->in.rows - (int64_t)h.bad_target);
+    long long y = 0;
+    if (c->in.target_type == XENT_INT32) {
+      int32_t v;
+      CK(cudaMemcpy(&v, (const int32_t *)c->in.targets + r, 4, cudaMemcpyDeviceToHost));
+      y = v;
+    } else {
+      int64_t v;
+      CK(cudaMemcpy(&v, (const int64_t *)c->in.targets + r, 8, cudaMemcpyDeviceToHost));
+      y = v;
+    }
+    return xent_fail(XENT_ERROR_BAD_TARGET,
+                     "targets[%lld] = %lld is outside [0, %lld) and is not ignore_index %lld", r,
+                     y, (long long)c->in.vocab, (long long)c->opt.ignore_index);
+  }
+  if (h.bad_weight) {
+    long long j = (long long)(c->in.vocab - (int64_t)h.bad_weight);
+    float w;
+    CK(cudaMemcpy(&w, c->in.weights + j, 4, cudaMemcpyDeviceToHost));
+    return xent_fail(XENT_ERROR_BAD_WEIGHT, "weights[%lld] = %g is not finite", j, (double)w);
+  }
+  return XENT_OK;
+}
+
+xent_status forward_impl(const xent_call *c, const dev_props *dp) {
+  const xent_input *in = &c->in;
+  const xent_options *opt = &c->opt;
+  const xent_output *out = &c->out;
+  cudaStream_t stream = (cudaStream_t)c->ex.stream;
+  const bool checked = opt->target_check == XENT_TARGETS_CHECKED;
+
+  if (checked) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    CK(cudaStreamIsCapturing(stream, &cs));
+    if (cs != cudaStreamCaptureStatusNone)
+      return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                       "target_check is XENT_TARGETS_CHECKED, which waits for the device, but the "
+                       "stream is being captured: use XENT_TARGETS_UNCHECKED in CUDA graphs");
+  }
+  if (in->rows == 0) return forward_rows0(c, stream);
+
+  const bool mean = opt->reduction == XENT_REDUCTION_MEAN;
+  const bool per_row = opt->reduction == XENT_REDUCTION_NONE;
+  const bool weighted = in->weights != NULL;
+  const bool need_count = mean || weighted || checked || (out->token_accuracy && !per_row);
+  const bool need_ws = need_count || !per_row;
+  const bool general = weighted || opt->use_softcap;
+
+  xent_launch l;
+  xent_status st = choose_launch(c, dp, &l);
+  if (st) return st;
+
+  char *ws = NULL;
+  bool owned = false;
+  if (need_ws) {
+    if (c->ex.workspace) {
+      ws = (char *)c->ex.workspace;
+    } else {
+      CK(cudaMallocAsync((void **)&ws, xent_ws_bytes(in->rows), stream));
+      owned = true;
+    }
+  }
+  ws_header *hdr = (ws_header *)ws;
+  const size_t arr = xent_ws_row_array_bytes(in->rows);
+  float *ws_loss = ws ? (float *)(ws + XENT_WS_HEADER_BYTES + XENT_WS_PARTIAL_BYTES) : NULL;
+  float *ws_z = ws ? (float *)((char *)ws_loss + arr) : NULL;
+  float *ws_acc = ws ? (float *)((char *)ws_z + arr) : NULL;
+
+  st = XENT_OK;
+  do {
+    if (need_count) {
+      cudaError_t e = cudaMemsetAsync(hdr, 0, XENT_WS_HEADER_BYTES, stream);
+      if (e != cudaSuccess) {
+        st = cuda_fail(e, "cudaMemsetAsync");
+        break;
+      }
+      prep_params q;
+      q.targets = in->targets;
+      q.target64 = in->target_type == XENT_INT64;
+      q.rows = in->rows;
+      q.vocab = (int)in->vocab;
+      q.ignore_index = opt->ignore_index;
+      q.weights = in->weights;
+      q.mean = mean;
+      q.hdr = hdr;
+      q.partials = (float *)(ws + XENT_WS_HEADER_BYTES);
+      int64_t span = in->rows > in->vocab || !weighted ? in->rows : in->vocab;
+      int64_t blocks = (span + kCountThreads - 1) / kCountThreads;
+      if (blocks > kCountMaxBlocks) blocks = kCountMaxBlocks;
+      if (blocks < 1) blocks = 1;
+      count_kernel<<<(unsigned)blocks, kCountThreads, 0, stream>>>(q);
+      if ((e = cudaGetLastError()) != cudaSuccess) {
+        st = cuda_fail(e, "count_kernel launch");
+        break;
+      }
+      if (checked && (st = check_verdict(c, hdr, stream))) break;
+    }
+
+    fwd_params p;
+    memset(&p, 0, sizeof p);
+    p.x = (char *)in->logits;
+    p.rows = in->rows;
+    p.stride_bytes = in->row_stride * (int64_t)xent_dtype_size(in->dtype);
+    p.vocab = (int)in->vocab;
+    p.cluster = l.cluster;
+    p.targets = in->targets;
+    p.target64 = in->target_type == XENT_INT64;
+    p.ignore_index = opt->ignore_index;
+    p.weights = in->weights;
+    p.k.alpha = opt->label_smoothing;
+    p.k.eps = opt->label_smoothing / (float)in->vocab;
+    p.k.inv_vocab = 1.0f / (float)in->vocab;
+    p.k.s = opt->lse_square_scale;
+    p.k.sum_w = 0.0f;
+    p.k.weighted = weighted;
+    p.k.smoothing = opt->label_smoothing > 0.0f;
+    p.use_softcap = opt->use_softcap;
+    p.softcap = opt->softcap;
+    p.inv_softcap = opt->use_softcap ? 1.0f / opt->softcap : 0.0f;
+    p.write_grad = c->write_grad;
+    p.need_argmax = out->token_accuracy || out->predicted;
+    p.per_row_out = per_row;
+    p.hdr = need_count ? hdr : NULL;
+    p.row_loss = per_row ? out->loss : ws_loss;
+    p.row_z = per_row ? out->z_loss : ((opt->lse_square_scale > 0.0f || out->z_loss) ? ws_z : NULL);
+    p.row_acc = per_row ? out->token_accuracy : (out->token_accuracy ? ws_acc : NULL);
+    p.lse_out = out->lse;
+    p.pred_out = out->predicted;
+    if ((st = launch_forward(l, in->dtype, general, p, stream))) break;
+
+    if (!per_row) {
+      finalize_params f;
+      f.hdr = p.hdr;
+      f.row_loss = ws_loss;
+      f.row_z = p.row_z;
+      f.row_acc = p.row_acc;
+      f.rows = in->rows;
+      f.mean = mean;
+      f.weighted = weighted;
+      f.loss = out->loss;
+      f.z_loss = out->z_loss;
+      f.acc = out->token_accuracy;
+      finalize_kernel<<<1, kFinalizeThreads, 0, stream>>>(f);
+      cudaError_t e = cudaGetLastError();
+      if (e != cudaSuccess) {
+        st = cuda_fail(e, "finalize_kernel launch");
+        break;
+      }
+    }
+  } while (0);
+
+  if (owned) {
+    cudaError_t e = cudaFreeAsync(ws, stream);
+    if (e != cudaSuccess && st == XENT_OK) st = cuda_fail(e, "cudaFreeAsync");
+  }
+  return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Backward                                                                  */
+/* ------------------------------------------------------------------------ */
+
+template <typename T>
+xent_status launch_scale(const scale_params &s, int sms, cudaStream_t stream) {
+  const int vn = 16 / (int)sizeof(T);
+  const int64_t nvec = s.vocab / vn, per_chunk = (int64_t)kScaleThreads * kScaleUnroll;
+  int64_t chunks = (nvec + per_chunk - 1) / per_chunk;
+  if (chunks < 1) chunks = 1;
+  int64_t items = s.rows * chunks, grid = (int64_t)(sms > 0 ? sms : 132) * 32;
+  if (grid > items) grid = items;
+  scale_kernel<T><<<(unsigned)grid, kScaleThreads, 0, stream>>>(s, (int)chunks);
+  CK(cudaGetLastError());
+  return XENT_OK;
+}
+
+}  // namespace
+
+/* ------------------------------------------------------------------------ */
+/* Entry points (internal.h)                                                 */
+/* ------------------------------------------------------------------------ */
+
+extern "C" {
+
+int xent_cuda_built(void) { return 1; }
+
+int xent_cuda_pointer_device(const void *p) {
+  if (!p || device_count() == 0) return -1;
+  cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) return a.device;
+  return -1;
+}
+
+void xent_cuda_fill_info(xent_info *info) {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) == cudaSuccess) info->cuda_runtime_version = v;
+  v = 0;
+  if (cudaDriverGetVersion(&v) == cudaSuccess) info->cuda_driver_version = v;
+  (void)cudaGetLastError();
+  info->cuda_devices = device_count();
+}
+
+xent_status xent_cuda_device_info(int device, xent_device_info *info) {
+  int n = device_count();
+  if (device < 0 || device >= n)
+    return xent_fail(XENT_ERROR_UNSUPPORTED, "device is %d but %d CUDA device(s) exist", device,
+                     n);
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, device));
+  memset(info, 0, sizeof *info);
+  snprintf(info->name, sizeof info->name, "%s", prop.name);
+  info->sm_major = prop.major;
+  info->sm_minor = prop.minor;
+  info->multiprocessors = prop.multiProcessorCount;
+  int cl = 0;
+  if (cudaDeviceGetAttribute(&cl, cudaDevAttrClusterLaunch, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    cl = 0;
+  }
+  info->cluster_launch = cl;
+  info->global_memory = prop.totalGlobalMem;
+  info->shared_memory_per_block_optin = prop.sharedMemPerBlockOptin;
+  return XENT_OK;
+}
+
+xent_status xent_cuda_forward(const xent_call *c) {
+  device_scope scope;
+  xent_status st = enter_device(c->ex.device, &scope);
+  if (st) return st;
+  dev_props props = {0, 0, 0, 0};
+  st = get_props(c->ex.device, &props);
+  if (!st) st = forward_impl(c, &props);
+  leave_device(&scope);
+  return st;
+}
+
+xent_status xent_cuda_backward(const xent_scale_call *c) {
+  device_scope scope;
+  xent_status st = enter_device(c->ex.device, &scope);
+  if (st) return st;
+  scale_params s;
+  s.g = (char *)c->grad;
+  s.rows = c->rows;
+  s.stride_bytes = c->row_stride * (int64_t)xent_dtype_size(c->dtype);
+  s.vocab = (int)c->vocab;
+  s.grad_output = c->grad_output;
+  s.per_row = c->grad_output && c->grad_output_count == c->rows && c->rows != 1;
+  s.host_scale = c->host_scale;
+  cudaStream_t stream = (cudaStream_t)c->ex.stream;
+  dev_props props = {0, 0, 0, 0};
+  st = get_props(c->ex.device, &props);
+  if (!st) {
+    switch (c->dtype) {
+      case XENT_FLOAT32: st = launch_scale<float>(s, props.sms, stream); break;
+      case XENT_BFLOAT16: st = launch_scale<__nv_bfloat16>(s, props.sms, stream); break;
+      case XENT_FLOAT16: st = launch_scale<__half>(s, props.sms, stream); break;
+    }
+  }
+  leave_device(&scope);
+  return st;
+}
+
+void xent_tune_override(int cluster, int threads, int vecs) {
+  g_override.oneread = vecs != 0;
+  g_override.cluster = cluster;
+  g_override.threads = threads;
+  g_override.vecs = vecs;
+  g_override_on = !(cluster == 0 && threads == 0 && vecs == 0);
+}
+
+const char *xent_tune_last_launch(void) { return g_last_launch; }
+
+}  /* extern "C" */

@@ -1,0 +1,445 @@
+/*
+ * device_common.cuh - what every xent CUDA kernel shares: the parameter
+ * blocks, element types and 16-byte vectors, row geometry (the aligned body
+ * and the unaligned head and tail of a row), and warp/block reductions of
+ * the row statistics.
+ */
+#ifndef XENT_CUDA_DEVICE_COMMON_CUH
+#define XENT_CUDA_DEVICE_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "common/rowmath.h"
+
+namespace xent {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kMaxWarps = 32;
+
+/* ------------------------------------------------------------------------ */
+/* Parameter blocks                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* The device-side scratch header (the first 256 bytes of the workspace). */
+struct ws_header {
+  unsigned int ticket;            /* blocks of the count kernel that are done      */
+  int pad0;
+  unsigned long long bad_target;  /* rows - r for the first bad row r, 0 if none   */
+  unsigned long long bad_weight;  /* V - j for the first non-finite weight j       */
+  int n;                          /* non-ignored rows                               */
+  float w;                        /* sum of w[y] over non-ignored rows              */
+  float sum_w;                    /* sum of all class weights                       */
+  float scale_loss;               /* 1/N, 1/W or 1                                  */
+  float scale_z;                  /* 1/N or 1                                       */
+};
+
+struct fwd_params {
+  char *x;                 /* logits (gradient written here)                    */
+  int64_t rows;
+  int64_t stride_bytes;    /* between row starts                                */
+  int vocab;
+  int cluster;             /* blocks per row (1: no cluster)                    */
+  const void *targets;
+  int target64;
+  int64_t ignore_index;
+  const float *weights;    /* NULL: unweighted                                  */
+  xent_consts k;           /* sum_w filled on the device when weighted          */
+  int use_softcap;
+  float softcap, inv_softcap;
+  int write_grad;
+  int need_argmax;
+  int per_row_out;         /* reduction none: write loss/z/acc per row to out   */
+  const ws_header *hdr;    /* scales and sum_w; NULL: scales 1                  */
+  float *row_loss;         /* loss per row: out->loss (none) or workspace       */
+  float *row_z;            /* z per row (may be NULL)                           */
+  float *row_acc;          /* accuracy per row (may be NULL)                    */
+  float *lse_out;          /* optional                                          */
+  int64_t *pred_out;       /* optional                                          */
+};
+
+struct prep_params {
+  const void *targets;
+  int target64;
+  int64_t rows;
+  int vocab;
+  int64_t ignore_index;
+  const float *weights;
+  int mean;                /* reduction mean                                    */
+  ws_header *hdr;
+  float *partials;         /* 3 floats per block                                */
+};
+
+struct finalize_params {
+  const ws_header *hdr;
+  const float *row_loss, *row_z, *row_acc;
+  int64_t rows;
+  int mean;
+  int weighted;
+  float *loss, *z_loss, *acc;  /* outputs (1 value each, optional but loss)    */
+};
+
+struct scale_params {
+  char *g;
+  int64_t rows;
+  int64_t stride_bytes;
+  int vocab;
+  const float *grad_output;  /* NULL: use host_scale                            */
+  int per_row;
+  float host_scale;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Element types and 16-byte vectors                                         */
+/* ------------------------------------------------------------------------ */
+
+template <typename T> struct elem;
+
+template <> struct elem<float> {
+  static constexpr int N = 4; /* per 16-byte vector */
+  __device__ static float load(const char *p) { return __ldcs((const float *)p); }
+  __device__ static void store(char *p, float v) { __stcs((float *)p, v); }
+  __device__ static void unpack(const uint4 &u, float (&f)[4]) {
+    f[0] = __uint_as_float(u.x);
+    f[1] = __uint_as_float(u.y);
+    f[2] = __uint_as_float(u.z);
+    f[3] = __uint_as_float(u.w);
+  }
+  __device__ static uint4 pack(const float (&f)[4]) {
+    return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]),
+                      __float_as_uint(f[3]));
+  }
+};
+
+__device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ unsigned bf16_pack2(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<unsigned *>(&h);
+}
+
+template <> struct elem<__nv_bfloat16> {
+  static constexpr int N = 8;
+  __device__ static float load(const char *p) {
+    unsigned short s = __ldcs((const unsigned short *)p);
+    return __uint_as_float((unsigned)s << 16);
+  }
+  __device__ static void store(char *p, float v) {
+    __nv_bfloat16 h = __float2bfloat16_rn(v);
+    __stcs((unsigned short *)p, *reinterpret_cast<unsigned short *>(&h));
+  }
+  __device__ static void unpack(const uint4 &u, float (&f)[8]) {
+    f[0] = bf16_lo(u.x); f[1] = bf16_hi(u.x);
+    f[2] = bf16_lo(u.y); f[3] = bf16_hi(u.y);
+    f[4] = bf16_lo(u.z); f[5] = bf16_hi(u.z);
+    f[6] = bf16_lo(u.w); f[7] = bf16_hi(u.w);
+  }
+  __device__ static uint4 pack(const float (&f)[8]) {
+    return make_uint4(bf16_pack2(f[0], f[1]), bf16_pack2(f[2], f[3]), bf16_pack2(f[4], f[5]),
+                      bf16_pack2(f[6], f[7]));
+  }
+};
+
+__device__ __forceinline__ float2 h2_unpack(unsigned w) {
+  __half2 h = *reinterpret_cast<__half2 *>(&w);
+  return __half22float2(h);
+}
+__device__ __forceinline__ unsigned h2_pack(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<unsigned *>(&h);
+}
+
+template <> struct elem<__half> {
+  static constexpr int N = 8;
+  __device__ static float load(const char *p) {
+    unsigned short s = __ldcs((const unsigned short *)p);
+    return __half2float(*reinterpret_cast<__half *>(&s));
+  }
+  __device__ static void store(char *p, float v) {
+    __half h = __float2half_rn(v);
+    __stcs((unsigned short *)p, *reinterpret_cast<unsigned short *>(&h));
+  }
+  __device__ static void unpack(const uint4 &u, float (&f)[8]) {
+    float2 a = h2_unpack(u.x), b = h2_unpack(u.y), c = h2_unpack(u.z), d = h2_unpack(u.w);
+    f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y;
+    f[4] = c.x; f[5] = c.y; f[6] = d.x; f[7] = d.y;
+  }
+  __device__ static uint4 pack(const float (&f)[8]) {
+    return make_uint4(h2_pack(f[0], f[1]), h2_pack(f[2], f[3]), h2_pack(f[4], f[5]),
+                      h2_pack(f[6], f[7]));
+  }
+};
+
+/* ------------------------------------------------------------------------ */
+/* Row geometry: elements [0, head) and [tail, V) are single elements, the   */
+/* rest is nvec aligned 16-byte vectors starting at element head.            */
+/* ------------------------------------------------------------------------ */
+
+struct row_geom {
+  int head;    /* elements before the first 16-byte boundary                 */
+  int nvec;    /* whole vectors                                             */
+  int tail;    /* first element after the vectors                           */
+  int extras;  /* head + (V - tail): at most 2 * (N - 1)                     */
+};
+
+template <typename T>
+__device__ __forceinline__ row_geom make_geom(const char *row, int vocab) {
+  constexpr int es = (int)sizeof(T);
+  row_geom g;
+  int mis = (int)((uintptr_t)row & 15u);
+  int head = mis ? (16 - mis) / es : 0;
+  if (head > vocab) head = vocab;
+  g.head = head;
+  g.nvec = (vocab - head) / elem<T>::N;
+  g.tail = head + g.nvec * elem<T>::N;
+  g.extras = head + (vocab - g.tail);
+  return g;
+}
+
+/* Element index of extra slot e (e < extras). */
+__device__ __forceinline__ int extra_index(const row_geom &g, int e) {
+  return e < g.head ? e : g.tail + (e - g.head);
+}
+
+__device__ __forceinline__ int64_t load_target(const void *t, int t64, int64_t r) {
+  return t64 ? ((const int64_t *)t)[r] : (int64_t)((const int32_t *)t)[r];
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Row statistics and their reduction                                        */
+/* ------------------------------------------------------------------------ */
+
+/* A partial reduction of some elements of a row. */
+struct part {
+  float m;      /* max of x'                                                  */
+  float s;      /* sum exp(x' - m)                                            */
+  float sx;     /* sum x'                                                     */
+  float swx;    /* sum w x'                                                   */
+  float am;     /* value of the arg-max (x')                                   */
+  int ai;       /* its first index (INT_MAX when none)                        */
+};
+
+__device__ __forceinline__ part part_empty() {
+  part p;
+  p.m = -INFINITY;
+  p.s = 0.f;
+  p.sx = 0.f;
+  p.swx = 0.f;
+  p.am = -INFINITY;
+  p.ai = 0x7fffffff;
+  return p;
+}
+
+__device__ __forceinline__ void argmax_merge(float &am, int &ai, float v, int i) {
+  if (v > am || (v == am && i < ai)) {
+    am = v;
+    ai = i;
+  }
+}
+
+__device__ __forceinline__ part part_merge(part a, const part &b) {
+  xent_merge_max_sum(&a.m, &a.s, b.m, b.s);
+  a.sx += b.sx;
+  a.swx += b.swx;
+  argmax_merge(a.am, a.ai, b.am, b.ai);
+  return a;
+}
+
+__device__ __forceinline__ part part_shfl_xor(const part &p, int mask) {
+  part q;
+  q.m = __shfl_xor_sync(0xffffffffu, p.m, mask);
+  q.s = __shfl_xor_sync(0xffffffffu, p.s, mask);
+  q.sx = __shfl_xor_sync(0xffffffffu, p.sx, mask);
+  q.swx = __shfl_xor_sync(0xffffffffu, p.swx, mask);
+  q.am = __shfl_xor_sync(0xffffffffu, p.am, mask);
+  q.ai = __shfl_xor_sync(0xffffffffu, p.ai, mask);
+  return q;
+}
+
+/* Butterfly: every lane ends with the same value, merged in the same order. */
+__device__ __forceinline__ part warp_reduce(part p) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    part q = part_shfl_xor(p, o);
+    /* merge in lane order so both partners compute the identical result */
+    p = ((threadIdx.x & o) == 0) ? part_merge(p, q) : part_merge(q, p);
+  }
+  return p;
+}
+
+/* Reduce over the block; the result is returned to every thread. `scratch`
+ * holds kMaxWarps + 1 parts of shared memory. */
+__device__ __forceinline__ part block_reduce(part p, part *scratch) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int nwarps = (blockDim.x + 31) >> 5;
+  p = warp_reduce(p);
+  if (lane == 0) scratch[warp] = p;
+  __syncthreads();
+  if (warp == 0) {
+    part q = lane < nwarps ? scratch[lane] : part_empty();
+    q = warp_reduce(q);
+    if (lane == 0) scratch[kMaxWarps] = q;
+  }
+  __syncthreads();
+  return scratch[kMaxWarps];
+}
+
+/* ------------------------------------------------------------------------ */
+/* Per-element math                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* x' from x, and the softcap derivative factor 1 - tanh^2. */
+__device__ __forceinline__ float cap(const fwd_params &p, float x, float *dfac) {
+  float t = tanhf(x * p.inv_softcap);
+  *dfac = 1.0f - t * t;
+  return p.softcap * t;
+}
+
+/* Fold one element x' (index j) into a partial's max pass. ARGMAX and SMOOTH
+ * are compile-time so the common case carries no per-element branches. */
+template <bool GENERAL, bool ARGMAX, bool SMOOTH>
+__device__ __forceinline__ void fold_max(const fwd_params &p, part &q, float xc, int j) {
+  if (ARGMAX) argmax_merge(q.am, q.ai, xc, j);
+  q.m = fmaxf(q.m, xc);
+  if (SMOOTH) {
+    q.sx += xc;
+    if (GENERAL && p.weights) q.swx += __ldg(p.weights + j) * xc;
+  }
+}
+
+/* Runs CALL(ARGMAX, SMOOTH) with the compile-time flags matching this call. */
+#define XENT_WITH_FLAGS(p, CALL)                       \
+  do {                                                 \
+    if ((p).need_argmax) {                             \
+      if ((p).k.smoothing) CALL(true, true);           \
+      else CALL(true, false);                          \
+    } else {                                           \
+      if ((p).k.smoothing) CALL(false, true);          \
+      else CALL(false, false);                         \
+    }                                                  \
+  } while (0)
+
+/* Row-wide constants the gradient needs. */
+struct grad_coef {
+  float a, b, c;  /* g_j = a p_j - b (w_j) - [j == y] c                        */
+  float lse;
+  float lse2;     /* lse * log2(e)                                             */
+  int y;
+};
+
+/* The gradient of one element x (raw logit) with index j, before the
+ * target's -c (applied per vector by fix_target). */
+template <bool GENERAL>
+__device__ __forceinline__ float grad_elem(const fwd_params &p, const grad_coef &gc, float x,
+                                           int j, float *dfac) {
+  float xc = x;
+  *dfac = 1.0f;
+  if (GENERAL && p.use_softcap) xc = cap(p, x, dfac);
+  float pj = fast_exp2(fmaf(xc, kLog2e, -gc.lse2));
+  float bj = (GENERAL && p.weights) ? gc.b * __ldg(p.weights + j) : gc.b;
+  float g = fmaf(gc.a, pj, -bj);
+  if (GENERAL) g *= *dfac;
+  return g;
+}
+
+/* Gradients of a vector of N elements starting at index j0, in place in f. */
+template <typename T, bool GENERAL>
+__device__ __forceinline__ void grad_vec(const fwd_params &p, const grad_coef &gc,
+                                         float (&f)[elem<T>::N], int j0) {
+  constexpr int VN = elem<T>::N;
+  float dfac[VN];
+#pragma unroll
+  for (int e = 0; e < VN; e++) f[e] = grad_elem<GENERAL>(p, gc, f[e], j0 + e, &dfac[e]);
+  const unsigned off = (unsigned)(gc.y - j0);
+  if (off < (unsigned)VN) {
+#pragma unroll
+    for (int e = 0; e < VN; e++)
+      if (e == (int)off) f[e] -= GENERAL ? gc.c * dfac[e] : gc.c;
+  }
+}
+
+/* The gradient of a single element (head or tail of a row). */
+template <bool GENERAL>
+__device__ __forceinline__ float grad_one(const fwd_params &p, const grad_coef &gc, float x,
+                                          int j) {
+  float dfac;
+  float g = grad_elem<GENERAL>(p, gc, x, j, &dfac);
+  if (j == gc.y) g -= GENERAL ? gc.c * dfac : gc.c;
+  return g;
+}
+
+/* Statistics of a finished row -> gradient coefficients and row outputs.
+ * Called with the row's full reduction; `xy` is x'_y. */
+__device__ __forceinline__ grad_coef finish_row(const fwd_params &p, const part &r, float xy,
+                                                int64_t row, int y, bool write_outputs) {
+  xent_consts k = p.k;
+  float scale_loss = 1.0f, scale_z = 1.0f;
+  if (p.hdr) {
+    if (p.weights) k.sum_w = p.hdr->sum_w;
+    scale_loss = p.hdr->scale_loss;
+    scale_z = p.hdr->scale_z;
+  }
+  xent_row_stats st;
+  st.lse = r.m + logf(r.s);
+  st.xy = xy;
+  st.sum_x = r.sx;
+  st.sum_wx = r.swx;
+  st.wy = p.weights ? __ldg(p.weights + y) : 1.0f;
+  xent_row_coef c = xent_row_coefficients(&k, &st, scale_loss, scale_z);
+  grad_coef gc;
+  gc.a = c.a;
+  gc.b = c.b;
+  gc.c = c.c;
+  gc.lse = st.lse;
+  gc.lse2 = st.lse * kLog2e;
+  gc.y = y;
+  if (write_outputs) {
+    float lp = xent_row_loss(&k, &st);
+    float z = xent_row_z(&k, st.lse);
+    float acc = (r.ai == y) ? 1.0f : 0.0f;
+    if (p.per_row_out) {
+      p.row_loss[row] = lp + z;
+    } else {
+      p.row_loss[row] = lp;
+    }
+    if (p.row_z) p.row_z[row] = z;
+    if (p.row_acc) p.row_acc[row] = acc;
+    if (p.lse_out) p.lse_out[row] = st.lse;
+    if (p.pred_out) p.pred_out[row] = r.ai;
+  }
+  return gc;
+}
+
+/* Outputs of an ignored row (bad = 0) or of a row with a bad target (bad = 1,
+ * unchecked mode only). */
+__device__ __forceinline__ void skipped_row_outputs(const fwd_params &p, int64_t row, bool bad) {
+  float v = bad ? __int_as_float(0x7fc00000) : 0.0f;
+  p.row_loss[row] = v;
+  if (p.row_z) p.row_z[row] = v;
+  if (p.row_acc) p.row_acc[row] = 0.0f;
+  if (p.lse_out) p.lse_out[row] = 0.0f;
+  if (p.pred_out) p.pred_out[row] = -1;
+}
+
+/* Zero this thread's share of a skipped row's gradient: vectors j0, j0 +
+ * step, ... below jend, and extra slots e0, e0 + estep, ... */
+template <typename T>
+__device__ __forceinline__ void zero_row(char *row, const row_geom &g, int j0, int jend, int step,
+                                         int e0, int estep) {
+  uint4 *vp = (uint4 *)(row + (int64_t)g.head * sizeof(T));
+  if (jend > g.nvec) jend = g.nvec;
+  for (int j = j0; j < jend; j += step) __stcs(vp + j, make_uint4(0, 0, 0, 0));
+  for (int e = e0; e < g.extras; e += estep)
+    elem<T>::store(row + (int64_t)extra_index(g, e) * sizeof(T), 0.0f);
+}
+
+}  // namespace xent
+
+#endif

@@ -1,0 +1,188 @@
+/*
+ * kernels_aux.cuh - the small kernels around the forward pass, and the
+ * backward scale.
+ *
+ * count_kernel:    before the forward kernel. Counts the non-ignored rows N,
+ *                  sums w[y] over them (W) and all weights, finds the first bad
+ *                  target and the first non-finite weight, and leaves the
+ *                  reduction scales in the workspace header for the forward
+ *                  kernel to read: no host round trip. Deterministic: fixed
+ *                  per-thread assignment, fixed trees, and the last block adds
+ *                  the block partials in block order.
+ * finalize_kernel: after it, for mean and sum: adds the per-row values in a
+ *                  fixed order (in double) and writes the reduced outputs.
+ * scale_kernel:    the backward: gradient *= grad_output in place, read on the
+ *                  device; rows whose factor is exactly 1 are skipped.
+ * fill_kernel:     writes the reduced outputs of a call with no rows.
+ */
+#ifndef XENT_CUDA_KERNELS_AUX_CUH
+#define XENT_CUDA_KERNELS_AUX_CUH
+
+#include "cuda/device_common.cuh"
+
+namespace xent {
+
+constexpr int kCountThreads = 256;
+constexpr int kCountMaxBlocks = 256;
+constexpr int kFinalizeThreads = 1024;
+
+template <typename V, int NT>
+__device__ __forceinline__ V block_sum(V v, V *sh) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+#pragma unroll
+  for (int o = NT / 2; o > 0; o >>= 1) {
+    if ((int)threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+    __syncthreads();
+  }
+  V r = sh[0];
+  __syncthreads();
+  return r;
+}
+
+__global__ void __launch_bounds__(kCountThreads) count_kernel(const prep_params q) {
+  __shared__ float shf[kCountThreads];
+  __shared__ int shi[kCountThreads];
+  __shared__ bool last;
+  const int64_t gstride = (int64_t)gridDim.x * kCountThreads;
+  const int64_t gid = (int64_t)blockIdx.x * kCountThreads + threadIdx.x;
+  int n = 0;
+  float w = 0.0f, sw = 0.0f;
+  for (int64_t r = gid; r < q.rows; r += gstride) {
+    int64_t y = load_target(q.targets, q.target64, r);
+    if (y == q.ignore_index) continue;
+    n++; /* a bad target still counts: unchecked mode gives its row a NaN loss */
+    if (y < 0 || y >= q.vocab) {
+      atomicMax(&q.hdr->bad_target, (unsigned long long)(q.rows - r));
+      continue;
+    }
+    if (q.weights) w += q.weights[y];
+  }
+  if (q.weights) {
+    for (int64_t j = gid; j < q.vocab; j += gstride) {
+      float wj = q.weights[j];
+      if (!isfinite(wj)) atomicMax(&q.hdr->bad_weight, (unsigned long long)(q.vocab - j));
+      sw += wj;
+    }
+  }
+  n = block_sum<int, kCountThreads>(n, shi);
+  w = block_sum<float, kCountThreads>(w, shf);
+  sw = block_sum<float, kCountThreads>(sw, shf);
+  if (threadIdx.x == 0) {
+    float *pp = q.partials + 3 * blockIdx.x;
+    pp[0] = __int_as_float(n);
+    pp[1] = w;
+    pp[2] = sw;
+    __threadfence();
+    last = atomicAdd(&q.hdr->ticket, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last || threadIdx.x != 0) return;
+  __threadfence();
+  int tn = 0;
+  double tw = 0.0, tsw = 0.0;
+  for (unsigned b = 0; b < gridDim.x; b++) {
+    const float *pp = q.partials + 3 * b;
+    tn += __float_as_int(__ldcg(pp));
+    tw += __ldcg(pp + 1);
+    tsw += __ldcg(pp + 2);
+  }
+  ws_header *h = q.hdr;
+  h->n = tn;
+  h->w = (float)tw;
+  h->sum_w = (float)tsw;
+  if (q.mean) {
+    h->scale_z = 1.0f / (float)tn;
+    h->scale_loss = q.weights ? (float)(1.0 / tw) : h->scale_z;
+  } else {
+    h->scale_z = 1.0f;
+    h->scale_loss = 1.0f;
+  }
+}
+
+__global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const finalize_params f) {
+  __shared__ double sh[kFinalizeThreads];
+  double l = 0.0, z = 0.0, a = 0.0;
+  for (int64_t r = threadIdx.x; r < f.rows; r += kFinalizeThreads) {
+    l += f.row_loss[r];
+    if (f.row_z) z += f.row_z[r];
+    if (f.row_acc) a += f.row_acc[r];
+  }
+  l = block_sum<double, kFinalizeThreads>(l, sh);
+  if (f.row_z) z = block_sum<double, kFinalizeThreads>(z, sh);
+  if (f.row_acc) a = block_sum<double, kFinalizeThreads>(a, sh);
+  if (threadIdx.x != 0) return;
+  const ws_header *h = f.hdr;
+  double sl = h ? h->scale_loss : 1.0, sz = h ? h->scale_z : 1.0;
+  if (f.mean && h) {
+    /* divide in double rather than multiply by the float reciprocals */
+    sz = 1.0 / (double)h->n;
+    sl = f.weighted ? 1.0 / (double)h->w : sz;
+  }
+  f.loss[0] = (float)(l * sl + z * sz);
+  if (f.z_loss) f.z_loss[0] = (float)(z * sz);
+  if (f.acc) f.acc[0] = h ? (float)(a / (double)h->n) : __int_as_float(0x7fc00000);
+}
+
+__global__ void fill_kernel(float *loss, float *z_loss, float *acc, float lv, float zv,
+                            float av) {
+  if (loss) loss[0] = lv;
+  if (z_loss) z_loss[0] = zv;
+  if (acc) acc[0] = av;
+}
+
+constexpr int kScaleThreads = 256;
+constexpr int kScaleUnroll = 4;
+
+/* Work item i of the scale kernel: row i / chunks, vectors of chunk
+ * i % chunks. The grid is small and strides over the items, so the
+ * skip-when-1 case costs a handful of blocks, not one per item. */
+template <typename T>
+__global__ void __launch_bounds__(kScaleThreads) scale_kernel(const scale_params s,
+                                                              int chunks) {
+  constexpr int VN = elem<T>::N;
+  constexpr int ES = (int)sizeof(T);
+  constexpr int per_chunk = kScaleThreads * kScaleUnroll;
+  if (!s.per_row) {
+    float g0 = s.grad_output ? s.grad_output[0] : s.host_scale;
+    if (g0 == 1.0f) return;
+  }
+  const int64_t items = s.rows * (int64_t)chunks;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t row = item / chunks;
+    const int chunk = (int)(item - row * chunks);
+    float gfac = s.grad_output ? s.grad_output[s.per_row ? row : 0] : s.host_scale;
+    if (gfac == 1.0f) continue;
+    char *rowp = s.g + row * s.stride_bytes;
+    const row_geom g = make_geom<T>(rowp, s.vocab);
+    uint4 *vp = (uint4 *)(rowp + (int64_t)g.head * ES);
+    const int j0 = chunk * per_chunk + threadIdx.x;
+    uint4 v[kScaleUnroll];
+#pragma unroll
+    for (int u = 0; u < kScaleUnroll; u++) {
+      int j = j0 + u * kScaleThreads;
+      if (j < g.nvec) v[u] = __ldcs(vp + j);
+    }
+#pragma unroll
+    for (int u = 0; u < kScaleUnroll; u++) {
+      int j = j0 + u * kScaleThreads;
+      if (j < g.nvec) {
+        float f[VN];
+        elem<T>::unpack(v[u], f);
+#pragma unroll
+        for (int e = 0; e < VN; e++) f[e] *= gfac;
+        __stcs(vp + j, elem<T>::pack(f));
+      }
+    }
+    if (chunk == 0) {
+      for (int e = threadIdx.x; e < g.extras; e += kScaleThreads) {
+        char *ep = rowp + (int64_t)extra_index(g, e) * ES;
+        elem<T>::store(ep, elem<T>::load(ep) * gfac);
+      }
+    }
+  }
+}
+
+}  // namespace xent
+
+#endif

@@ -1,0 +1,408 @@
+/*
+ * kernels_forward.cuh - the forward kernels.
+ *
+ * fwd_oneread: one read of the logits. A row is held in registers across the
+ *   `cluster` blocks of a thread-block cluster (sm_90+; a cluster of 1 is a
+ *   plain block and runs anywhere). Each block reduces its slice to a `part`,
+ *   the blocks exchange their parts through distributed shared memory, and
+ *   every block then writes the gradient of its slice from registers.
+ *   HBM traffic: read V, write V per row.
+ *
+ * fwd_tworead: one block per row, any V. Pass 1 streams the row and keeps an
+ *   online (max, sum); pass 2 (only when a gradient is wanted) streams it
+ *   again and writes the gradient. Forward without gradient is pass 1 alone,
+ *   which is the fewest bytes for it (read V).
+ */
+#ifndef XENT_CUDA_KERNELS_FORWARD_CUH
+#define XENT_CUDA_KERNELS_FORWARD_CUH
+
+#include "cuda/device_common.cuh"
+
+namespace xent {
+
+/* ------------------------------------------------------------------------ */
+/* Cluster primitives (PTX, sm_90+)                                          */
+/* ------------------------------------------------------------------------ */
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+/* Address of the same shared variable in block `rank` of this cluster. */
+__device__ __forceinline__ uint32_t map_shared(const void *p, unsigned rank) {
+  uint32_t local = (uint32_t)__cvta_generic_to_shared(p), remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+__device__ __forceinline__ float ld_dsmem_f32(uint32_t a) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ int ld_dsmem_s32(uint32_t a) {
+  int v;
+  asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ part ld_dsmem_part(const part *local, unsigned rank) {
+  uint32_t a = map_shared(local, rank);
+  part q;
+  q.m = ld_dsmem_f32(a + offsetof(part, m));
+  q.s = ld_dsmem_f32(a + offsetof(part, s));
+  q.sx = ld_dsmem_f32(a + offsetof(part, sx));
+  q.swx = ld_dsmem_f32(a + offsetof(part, swx));
+  q.am = ld_dsmem_f32(a + offsetof(part, am));
+  q.ai = ld_dsmem_s32(a + offsetof(part, ai));
+  return q;
+}
+
+/* Combine the block results `r` of the K blocks of this cluster: every block
+ * gets the same merge, in rank order. Called by all threads of every block.
+ * Leaves the cluster barrier armed: call cluster_wait() before exiting, so no
+ * block's shared memory goes away while another block still reads it. */
+__device__ __forceinline__ part cluster_combine(part r, int K, part *exchange, part *scratch) {
+  if (threadIdx.x == 0) *exchange = r;
+  cluster_arrive();
+  cluster_wait();
+  if (threadIdx.x < 32) {
+    part t = (int)threadIdx.x < K ? ld_dsmem_part(exchange, threadIdx.x) : part_empty();
+    t = warp_reduce(t);
+    if (threadIdx.x == 0) scratch[kMaxWarps] = t;
+  }
+  cluster_arrive();
+  __syncthreads();
+  return scratch[kMaxWarps];
+}
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* One read: the row in registers across a cluster                            */
+/* ------------------------------------------------------------------------ */
+
+/* Max pass over a thread's registers (and its extra element). */
+template <typename T, int NV, bool GENERAL, bool ARGMAX, bool SMOOTH>
+__device__ __forceinline__ void oneread_max(const fwd_params &p, const uint4 (&v)[NV],
+                                            const row_geom &g, int vbase, int nt, bool has_extra,
+                                            float xec, int ej, part &q) {
+  constexpr int VN = elem<T>::N;
+#pragma unroll
+  for (int i = 0; i < NV; i++) {
+    int j = vbase + i * nt;
+    if (j < g.nvec) {
+      float f[VN];
+      elem<T>::unpack(v[i], f);
+#pragma unroll
+      for (int e = 0; e < VN; e++) {
+        float d, xc = (GENERAL && p.use_softcap) ? cap(p, f[e], &d) : f[e];
+        fold_max<GENERAL, ARGMAX, SMOOTH>(p, q, xc, g.head + j * VN + e);
+      }
+    }
+  }
+  if (has_extra) fold_max<GENERAL, ARGMAX, SMOOTH>(p, q, xec, ej);
+}
+
+template <typename T, int NV, bool GENERAL>
+__global__ void __launch_bounds__(512, 1) fwd_oneread(const fwd_params p) {
+  constexpr int VN = elem<T>::N;
+  constexpr int ES = (int)sizeof(T);
+  __shared__ part scratch[kMaxWarps + 1];
+  __shared__ float xy_shared;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ part exchange; /* this block's part, read by the whole cluster */
+#endif
+
+  const int K = p.cluster;
+  unsigned rank = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (K > 1) rank = cluster_rank();
+#else
+  if (K > 1) return; /* never launched: the host only picks clusters on sm_90+ */
+#endif
+  const int64_t row = (int64_t)(blockIdx.x / (unsigned)K);
+  const int tid = threadIdx.x, nt = blockDim.x;
+  char *rowp = p.x + row * p.stride_bytes;
+  const row_geom g = make_geom<T>(rowp, p.vocab);
+  const int gt = (int)rank * nt + tid; /* thread index within the cluster */
+  const int vbase = (int)rank * nt * NV + tid;
+  uint4 *vp = (uint4 *)(rowp + (int64_t)g.head * ES);
+
+  const int64_t y64 = load_target(p.targets, p.target64, row);
+  const bool ignored = y64 == p.ignore_index;
+  const bool bad = !ignored && (y64 < 0 || y64 >= p.vocab);
+  if (ignored || bad) {
+    /* Uniform over the cluster: no block touches distributed shared memory. */
+    if (rank == 0 && tid == 0) skipped_row_outputs(p, row, bad);
+    if (p.write_grad) zero_row<T>(rowp, g, vbase, vbase - tid + nt * NV, nt, gt, K * nt);
+    return;
+  }
+  const int y = (int)y64;
+
+  /* Load: every vector of this thread's share, then the extra element. */
+  uint4 v[NV];
+#pragma unroll
+  for (int i = 0; i < NV; i++) {
+    int j = vbase + i * nt;
+    if (j < g.nvec) v[i] = __ldcs(vp + j);
+  }
+  const bool has_extra = gt < g.extras;
+  const int ej = has_extra ? extra_index(g, gt) : 0;
+  const float xe = has_extra ? elem<T>::load(rowp + (int64_t)ej * ES) : 0.0f;
+  if (rank == 0 && tid == 0) {
+    float xy = elem<T>::load(rowp + (int64_t)y * ES);
+    float d;
+    xy_shared = (GENERAL && p.use_softcap) ? cap(p, xy, &d) : xy;
+  }
+  float xec = xe;
+  if (GENERAL && p.use_softcap && has_extra) {
+    float d;
+    xec = cap(p, xe, &d);
+  }
+
+  /* Local statistics: the max pass, then the sum of exponentials. */
+  part q = part_empty();
+#define XENT_ONEREAD_MAX(A, S) \
+  oneread_max<T, NV, GENERAL, A, S>(p, v, g, vbase, nt, has_extra, xec, ej, q)
+  XENT_WITH_FLAGS(p, XENT_ONEREAD_MAX);
+#undef XENT_ONEREAD_MAX
+  if (q.m != -INFINITY) {
+    const float mk = q.m * kLog2e;
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+      int j = vbase + i * nt;
+      if (j < g.nvec) {
+        float f[VN];
+        elem<T>::unpack(v[i], f);
+#pragma unroll
+        for (int e = 0; e < VN; e++) {
+          float d, xc = (GENERAL && p.use_softcap) ? cap(p, f[e], &d) : f[e];
+          s += fast_exp2(fmaf(xc, kLog2e, -mk));
+        }
+      }
+    }
+    if (has_extra) s += fast_exp2(fmaf(xec, kLog2e, -mk));
+    q.s = s;
+  } else {
+    /* Nothing above -inf here (rare): a NaN must still make the row NaN. */
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+      int j = vbase + i * nt;
+      if (j < g.nvec) {
+        float f[VN];
+        elem<T>::unpack(v[i], f);
+#pragma unroll
+        for (int e = 0; e < VN; e++)
+          if (f[e] != f[e]) q.s = f[e];
+      }
+    }
+    if (has_extra && xe != xe) q.s = xe;
+  }
+
+  /* Block, then cluster reduction. */
+  part r = block_reduce(q, scratch);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (K > 1) r = cluster_combine(r, K, &exchange, scratch);
+#endif
+  __syncthreads(); /* xy_shared */
+  const bool lead = rank == 0 && tid == 0;
+  const grad_coef gc = finish_row(p, r, lead ? xy_shared : 0.0f, row, y, lead);
+
+  if (p.write_grad) {
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+      int j = vbase + i * nt;
+      if (j < g.nvec) {
+        float f[VN];
+        elem<T>::unpack(v[i], f);
+        grad_vec<T, GENERAL>(p, gc, f, g.head + j * VN);
+        __stcs(vp + j, elem<T>::pack(f));
+      }
+    }
+    if (has_extra) elem<T>::store(rowp + (int64_t)ej * ES, grad_one<GENERAL>(p, gc, xe, ej));
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (K > 1) cluster_wait();
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* Two reads: a row per block or per cluster, any V                           */
+/* ------------------------------------------------------------------------ */
+
+/* Pass 1 leaves the row in L2 (a plain, cache-all load) so that pass 2, a
+ * moment later, re-reads it from L2 rather than HBM; pass 2 reads and writes
+ * with evict-first hints so that the gradient does not push other rows out.
+ * With few enough rows in flight (the launch table sizes the cluster from the
+ * L2 size) HBM sees about one read and one write per element. */
+
+constexpr int kTwoReadUnroll = 4;
+
+/* Pass 1 over vectors [j_begin, j_end) (and the extra elements when
+ * do_extras): an online (max, sum) and the max-pass statistics. */
+template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH>
+__device__ __forceinline__ void tworead_pass1(const fwd_params &p, const char *rowp,
+                                              const row_geom &g, int j_begin, int j_end,
+                                              bool do_extras, part &q) {
+  constexpr int VN = elem<T>::N;
+  constexpr int ES = (int)sizeof(T);
+  constexpr int U = kTwoReadUnroll;
+  const int nt = blockDim.x;
+  const uint4 *vp = (const uint4 *)(rowp + (int64_t)g.head * ES);
+  float m = -INFINITY, s = 0.0f;
+  for (int j0 = j_begin + (int)threadIdx.x; j0 < j_end; j0 += U * nt) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      int j = j0 + u * nt;
+      if (j < j_end) v[u] = p.write_grad ? __ldca(vp + j) : __ldcs(vp + j);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      int j = j0 + u * nt;
+      if (j < j_end) {
+        float f[VN];
+        elem<T>::unpack(v[u], f);
+        float cm = -INFINITY;
+#pragma unroll
+        for (int e = 0; e < VN; e++) {
+          float d;
+          if (GENERAL && p.use_softcap) f[e] = cap(p, f[e], &d);
+          fold_max<GENERAL, ARGMAX, SMOOTH>(p, q, f[e], g.head + j * VN + e);
+          cm = fmaxf(cm, f[e]);
+        }
+        if (cm > m) {
+          s *= fast_exp2((m - cm) * kLog2e); /* 0 while m was -inf; NaN stays NaN */
+          m = cm;
+        }
+        if (m != -INFINITY) {
+          const float mk = m * kLog2e;
+#pragma unroll
+          for (int e = 0; e < VN; e++) s += fast_exp2(fmaf(f[e], kLog2e, -mk));
+        } else {
+#pragma unroll
+          for (int e = 0; e < VN; e++)
+            if (f[e] != f[e]) s = f[e];
+        }
+      }
+    }
+  }
+  if (do_extras) {
+    for (int e = threadIdx.x; e < g.extras; e += nt) {
+      const int ej = extra_index(g, e);
+      float x = elem<T>::load(rowp + (int64_t)ej * ES), d;
+      if (GENERAL && p.use_softcap) x = cap(p, x, &d);
+      fold_max<GENERAL, ARGMAX, SMOOTH>(p, q, x, ej);
+      xent_merge_element(&m, &s, x);
+    }
+  }
+  q.m = m;
+  q.s = s;
+}
+
+template <typename T, bool GENERAL>
+__global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
+  constexpr int VN = elem<T>::N;
+  constexpr int ES = (int)sizeof(T);
+  constexpr int U = kTwoReadUnroll;
+  __shared__ part scratch[kMaxWarps + 1];
+  __shared__ float xy_shared;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ part exchange;
+#endif
+
+  const int K = p.cluster;
+  unsigned rank = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (K > 1) rank = cluster_rank();
+#else
+  if (K > 1) return; /* never launched: the host only picks clusters on sm_90+ */
+#endif
+  const int64_t row = (int64_t)(blockIdx.x / (unsigned)K);
+  const int tid = threadIdx.x, nt = blockDim.x;
+  char *rowp = p.x + row * p.stride_bytes;
+  const row_geom g = make_geom<T>(rowp, p.vocab);
+  uint4 *vp = (uint4 *)(rowp + (int64_t)g.head * ES);
+  /* This block's vectors: a contiguous share of the row. */
+  const int chunk = (g.nvec + K - 1) / K;
+  const int j_begin = min((int)rank * chunk, g.nvec);
+  const int j_end = min(j_begin + chunk, g.nvec);
+  const bool lead = rank == 0;
+
+  const int64_t y64 = load_target(p.targets, p.target64, row);
+  const bool ignored = y64 == p.ignore_index;
+  const bool bad = !ignored && (y64 < 0 || y64 >= p.vocab);
+  if (ignored || bad) {
+    /* Uniform over the cluster: no block touches distributed shared memory. */
+    if (lead && tid == 0) skipped_row_outputs(p, row, bad);
+    if (p.write_grad) zero_row<T>(rowp, g, j_begin + tid, j_end, nt, lead ? tid : 0x7fffffff, nt);
+    return;
+  }
+  const int y = (int)y64;
+  if (lead && tid == 0) {
+    float xy = elem<T>::load(rowp + (int64_t)y * ES), d;
+    xy_shared = (GENERAL && p.use_softcap) ? cap(p, xy, &d) : xy;
+  }
+
+  part q = part_empty();
+#define XENT_TWOREAD_PASS1(A, S) \
+  tworead_pass1<T, GENERAL, A, S>(p, rowp, g, j_begin, j_end, lead, q)
+  XENT_WITH_FLAGS(p, XENT_TWOREAD_PASS1);
+#undef XENT_TWOREAD_PASS1
+  part r = block_reduce(q, scratch);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (K > 1) r = cluster_combine(r, K, &exchange, scratch);
+#endif
+  __syncthreads(); /* xy_shared */
+  const bool writer = lead && tid == 0;
+  const grad_coef gc = finish_row(p, r, writer ? xy_shared : 0.0f, row, y, writer);
+
+  if (p.write_grad) {
+    /* Pass 2: read again, write the gradient, walking the row backwards: the
+     * vectors pass 1 read last are the likeliest still in L2, and reading
+     * them first keeps the older ones from being evicted in between (a
+     * forward re-walk of a row a little larger than its L2 share would miss
+     * on every line). */
+    const int per_iter = U * nt;
+    for (int it = (j_end - j_begin + per_iter - 1) / per_iter - 1; it >= 0; it--) {
+      const int j0 = j_begin + it * per_iter + tid;
+      uint4 v[U];
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        int j = j0 + u * nt;
+        if (j < j_end) v[u] = __ldcs(vp + j);
+      }
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        int j = j0 + u * nt;
+        if (j < j_end) {
+          float f[VN];
+          elem<T>::unpack(v[u], f);
+          grad_vec<T, GENERAL>(p, gc, f, g.head + j * VN);
+          __stcs(vp + j, elem<T>::pack(f));
+        }
+      }
+    }
+    if (lead) {
+      for (int e = tid; e < g.extras; e += nt) {
+        const int ej = extra_index(g, e);
+        char *ep = rowp + (int64_t)ej * ES;
+        elem<T>::store(ep, grad_one<GENERAL>(p, gc, elem<T>::load(ep), ej));
+      }
+    }
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (K > 1) cluster_wait();
+#endif
+}
+
+}  // namespace xent
+
+#endif
