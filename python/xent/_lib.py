@@ -1,0 +1,369 @@
+"""ctypes binding of the xent C library (include/xent.h).
+
+The structures below mirror the C declarations field for field; ctypes lays
+them out with the platform's C rules, so they match the compiled library.
+
+The library is looked up in this order:
+
+1. the environment variable ``XENT_LIBRARY`` (a path to ``libxent.so``);
+2. the package directory (where ``pip install`` puts it);
+3. the ``build/`` directory of the source tree (development checkouts).
+
+Every failing call raises :class:`XentError` (see :func:`check`), carrying the
+status name and the message of ``xent_last_error()``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+import threading
+from ctypes import (
+    POINTER,
+    Structure,
+    c_char,
+    c_char_p,
+    c_float,
+    c_int,
+    c_int64,
+    c_size_t,
+    c_void_p,
+)
+
+# ---------------------------------------------------------------------------
+# Enumerations (C enums are ints)
+# ---------------------------------------------------------------------------
+
+XENT_OK = 0
+STATUS_NAMES = {
+    0: "XENT_OK",
+    1: "XENT_ERROR_NULL_POINTER",
+    2: "XENT_ERROR_BAD_SHAPE",
+    3: "XENT_ERROR_BAD_STRIDE",
+    4: "XENT_ERROR_BAD_TARGET",
+    5: "XENT_ERROR_BAD_LABEL_SMOOTHING",
+    6: "XENT_ERROR_BAD_SOFTCAP",
+    7: "XENT_ERROR_BAD_WEIGHT",
+    8: "XENT_ERROR_BAD_ENUM",
+    9: "XENT_ERROR_BAD_ARGUMENT",
+    10: "XENT_ERROR_UNSUPPORTED",
+    11: "XENT_ERROR_CUDA",
+    12: "XENT_ERROR_OUT_OF_MEMORY",
+}
+# Statuses that describe a bad argument (raised as ValueError); the others
+# describe the machine or the build (raised as RuntimeError).
+_ARGUMENT_STATUSES = frozenset(range(1, 10))
+
+XENT_FLOAT32, XENT_BFLOAT16, XENT_FLOAT16 = 0, 1, 2
+XENT_INT32, XENT_INT64 = 0, 1
+XENT_REDUCTION_MEAN, XENT_REDUCTION_SUM, XENT_REDUCTION_NONE = 0, 1, 2
+XENT_TARGETS_CHECKED, XENT_TARGETS_UNCHECKED = 0, 1
+XENT_BACKEND_AUTO, XENT_BACKEND_CPU, XENT_BACKEND_CUDA = 0, 1, 2
+
+REDUCTIONS = {
+    "mean": XENT_REDUCTION_MEAN,
+    "sum": XENT_REDUCTION_SUM,
+    "none": XENT_REDUCTION_NONE,
+}
+
+
+def reduction_code(reduction: str) -> int:
+    """The xent_reduction value of "mean", "sum" or "none"."""
+    try:
+        return REDUCTIONS[reduction]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"reduction must be 'mean', 'sum' or 'none', not {reduction!r}"
+        ) from None
+
+
+# ---------------------------------------------------------------------------
+# Structures
+# ---------------------------------------------------------------------------
+
+
+class XentInput(Structure):
+    _fields_ = [
+        ("logits", c_void_p),
+        ("dtype", c_int),
+        ("rows", c_int64),
+        ("vocab", c_int64),
+        ("row_stride", c_int64),
+        ("targets", c_void_p),
+        ("target_type", c_int),
+        ("weights", c_void_p),
+    ]
+
+
+class XentOptions(Structure):
+    _fields_ = [
+        ("reduction", c_int),
+        ("ignore_index", c_int64),
+        ("label_smoothing", c_float),
+        ("lse_square_scale", c_float),
+        ("use_softcap", c_int),
+        ("softcap", c_float),
+        ("target_check", c_int),
+    ]
+
+
+class XentOutput(Structure):
+    _fields_ = [
+        ("loss", c_void_p),
+        ("z_loss", c_void_p),
+        ("token_accuracy", c_void_p),
+        ("predicted", c_void_p),
+        ("lse", c_void_p),
+    ]
+
+
+class XentExec(Structure):
+    _fields_ = [
+        ("backend", c_int),
+        ("device", c_int),
+        ("stream", c_void_p),
+        ("workspace", c_void_p),
+        ("workspace_bytes", c_size_t),
+        ("num_threads", c_int),
+    ]
+
+
+class XentInfo(Structure):
+    _fields_ = [
+        ("version_major", c_int),
+        ("version_minor", c_int),
+        ("version_patch", c_int),
+        ("cpu_backend", c_int),
+        ("cpu_threads", c_int),
+        ("cuda_built", c_int),
+        ("cuda_devices", c_int),
+        ("cuda_runtime_version", c_int),
+        ("cuda_driver_version", c_int),
+    ]
+
+
+class XentDeviceInfo(Structure):
+    _fields_ = [
+        ("name", c_char * 256),
+        ("sm_major", c_int),
+        ("sm_minor", c_int),
+        ("multiprocessors", c_int),
+        ("cluster_launch", c_int),
+        ("global_memory", c_size_t),
+        ("shared_memory_per_block_optin", c_size_t),
+    ]
+
+
+# ---------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------
+
+
+class XentError(Exception):
+    """A failed xent call.
+
+    Attributes: ``status`` (the xent_status number), ``status_name`` (e.g.
+    ``"XENT_ERROR_BAD_TARGET"``) and ``message`` (the C library's
+    ``xent_last_error()``, naming the argument and, for targets, the first
+    bad row and its value). Argument errors are also ``ValueError``s, errors
+    of the machine or build (unsupported, CUDA, out of memory) also
+    ``RuntimeError``s; see :func:`error_for`.
+    """
+
+    def __init__(self, status: int, message: str):
+        self.status = int(status)
+        self.status_name = STATUS_NAMES.get(self.status, f"XENT_STATUS_{self.status}")
+        self.message = message
+        super().__init__(f"{self.status_name}: {message}")
+
+
+class XentValueError(XentError, ValueError):
+    """A bad argument: shape, stride, target, option, pointer."""
+
+
+class XentRuntimeError(XentError, RuntimeError):
+    """Unsupported by this build or machine, a CUDA error, or out of memory."""
+
+
+def error_for(status: int, message: str) -> XentError:
+    cls = XentValueError if status in _ARGUMENT_STATUSES else XentRuntimeError
+    return cls(status, message)
+
+
+# ---------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_REPO_BUILD_DIR = os.path.normpath(os.path.join(_PACKAGE_DIR, "..", "..", "build"))
+
+
+def _candidates(folder: str) -> list[str]:
+    """libxent.so in `folder`, else its versioned names (newest last)."""
+    exact = os.path.join(folder, "libxent.so")
+    if os.path.isfile(exact):
+        return [exact]
+    found = sorted(glob.glob(os.path.join(folder, "libxent.so.*")), key=len)
+    return found[-1:] if found else []
+
+
+def library_path() -> str:
+    """The path of the C library that this process loads (see module doc)."""
+    env = os.environ.get("XENT_LIBRARY")
+    if env:
+        if not os.path.isfile(env):
+            raise OSError(f"XENT_LIBRARY is set to {env!r}, which is not a file")
+        return env
+    for folder in (_PACKAGE_DIR, _REPO_BUILD_DIR):
+        found = _candidates(folder)
+        if found:
+            return found[0]
+    raise OSError(
+        "cannot find libxent.so: set XENT_LIBRARY to its path, install the "
+        "package with pip, or build the library into build/ (make build)"
+    )
+
+
+_lock = threading.Lock()
+_lib = None
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    in_p, opt_p = POINTER(XentInput), POINTER(XentOptions)
+    out_p, ex_p = POINTER(XentOutput), POINTER(XentExec)
+    for name in ("xent_forward", "xent_forward_grad"):
+        fn = getattr(lib, name)
+        fn.argtypes = [in_p, opt_p, out_p, ex_p]
+        fn.restype = c_int
+    lib.xent_backward.argtypes = [
+        c_void_p, c_int, c_int64, c_int64, c_int64, c_void_p, c_int64, ex_p]
+    lib.xent_backward.restype = c_int
+    lib.xent_backward_scale.argtypes = [
+        c_void_p, c_int, c_int64, c_int64, c_int64, c_float, ex_p]
+    lib.xent_backward_scale.restype = c_int
+    lib.xent_workspace_size.argtypes = [c_int64]
+    lib.xent_workspace_size.restype = c_size_t
+    lib.xent_status_string.argtypes = [c_int]
+    lib.xent_status_string.restype = c_char_p
+    lib.xent_last_error.argtypes = []
+    lib.xent_last_error.restype = c_char_p
+    lib.xent_get_info.argtypes = [POINTER(XentInfo)]
+    lib.xent_get_info.restype = c_int
+    lib.xent_get_device_info.argtypes = [c_int, POINTER(XentDeviceInfo)]
+    lib.xent_get_device_info.restype = c_int
+    lib.xent_version.argtypes = []
+    lib.xent_version.restype = c_char_p
+    lib.xent_options_default.argtypes = []
+    lib.xent_options_default.restype = XentOptions
+    lib.xent_exec_default.argtypes = []
+    lib.xent_exec_default.restype = XentExec
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded C library (loaded on first use)."""
+    global _lib
+    if _lib is None:
+        with _lock:
+            if _lib is None:
+                handle = ctypes.CDLL(library_path())
+                _declare(handle)
+                _lib = handle
+    return _lib
+
+
+# ---------------------------------------------------------------------------
+# Thin wrappers
+# ---------------------------------------------------------------------------
+
+
+def last_error() -> str:
+    return lib().xent_last_error().decode("utf-8", "replace")
+
+
+def status_string(status: int) -> str:
+    return lib().xent_status_string(int(status)).decode("utf-8", "replace")
+
+
+def check(status: int) -> None:
+    """Raise the XentError of a failed status (reads this thread's message)."""
+    if status != XENT_OK:
+        message = last_error() or status_string(status)
+        raise error_for(status, message)
+
+
+def version() -> str:
+    return lib().xent_version().decode("ascii")
+
+
+def get_info() -> XentInfo:
+    info = XentInfo()
+    check(lib().xent_get_info(ctypes.byref(info)))
+    return info
+
+
+def get_device_info(device: int) -> XentDeviceInfo:
+    info = XentDeviceInfo()
+    check(lib().xent_get_device_info(int(device), ctypes.byref(info)))
+    return info
+
+
+def workspace_size(rows: int) -> int:
+    return int(lib().xent_workspace_size(int(rows)))
+
+
+def options_default() -> XentOptions:
+    return lib().xent_options_default()
+
+
+def exec_default() -> XentExec:
+    return lib().xent_exec_default()
+
+
+def forward(inp: XentInput, opt: XentOptions, out: XentOutput, ex: XentExec,
+            grad: bool) -> None:
+    """xent_forward (grad False) or xent_forward_grad (grad True); raises on error."""
+    fn = lib().xent_forward_grad if grad else lib().xent_forward
+    check(fn(ctypes.byref(inp), ctypes.byref(opt), ctypes.byref(out), ctypes.byref(ex)))
+
+
+def backward(grad_ptr: int, dtype: int, rows: int, vocab: int, row_stride: int,
+             grad_output_ptr: int, grad_output_count: int, ex: XentExec) -> None:
+    """xent_backward: scale the gradient in place by a float array grad_output."""
+    check(lib().xent_backward(grad_ptr, dtype, rows, vocab, row_stride,
+                              grad_output_ptr, grad_output_count, ctypes.byref(ex)))
+
+
+def backward_scale(grad_ptr: int, dtype: int, rows: int, vocab: int, row_stride: int,
+                   scale: float, ex: XentExec) -> None:
+    """xent_backward_scale: scale the gradient in place by a host scalar."""
+    check(lib().xent_backward_scale(grad_ptr, dtype, rows, vocab, row_stride,
+                                    float(scale), ctypes.byref(ex)))
+
+
+def make_options(reduction: str = "mean", ignore_index: int = -100,
+                 label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
+                 softcap=None, check_targets: bool = True) -> XentOptions:
+    """An xent_options from Python values (validation is left to the C library)."""
+    ignore_index = int(ignore_index)
+    if not -(2**63) <= ignore_index < 2**63:
+        raise ValueError(f"ignore_index {ignore_index} does not fit in int64")
+    opt = XentOptions()
+    opt.reduction = reduction_code(reduction) if isinstance(reduction, str) else int(reduction)
+    opt.ignore_index = ignore_index
+    opt.label_smoothing = float(label_smoothing)
+    opt.lse_square_scale = float(lse_square_scale)
+    opt.use_softcap = 0 if softcap is None else 1
+    opt.softcap = 0.0 if softcap is None else float(softcap)
+    opt.target_check = XENT_TARGETS_CHECKED if check_targets else XENT_TARGETS_UNCHECKED
+    return opt
+
+
+def cuda_built() -> bool:
+    """Whether the loaded library has its CUDA backend compiled in."""
+    return bool(get_info().cuda_built)
+
+
+if sys.byteorder != "little":  # pragma: no cover - bf16 as uint16 assumes it
+    raise ImportError("xent supports little-endian machines only")
