@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# One GPU run that answers one question: builds xent on the GPU machine, then
+# runs the stages named on the command line (default: all but compare), and
+# prints a short table last. Logs go to $OUT (or out/) for later reading.
+#
+#   scripts/device.sh [build] [test] [sanitize] [tune] [bench] [python] [compare]
+#
+# Stages:
+#   build     CMake + Ninja build (Release), cmocka from .deps when offline
+#   test      ctest: C API, CPU and CUDA tests, the benchmark's quick mode
+#   sanitize  compute-sanitizer memcheck and racecheck on the quick CUDA subset
+#   tune      xent-bench --tune: candidate launch configurations per shape
+#   bench     xent-bench: the default table
+#   python    the pytest parity suite (CUDA parts included)
+#   compare   bench/compare.py: the full sweep against every peer, plots, summary
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(build test sanitize tune bench python)
+has() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+declare -a SUMMARY
+note() { SUMMARY+=("$(printf '%-10s %s' "$1" "$2")"); }
+t0=$(date +%s)
+stamp() { echo "[$(($(date +%s) - t0))s] $*"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader \
+  > "$OUT/gpu.txt" 2>&1 || true
+stamp "gpu: $(cat "$OUT/gpu.txt")"
+
+# Python packages carried as wheels (e.g. the peer library for compare).
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/xent-site .whl/*.whl >"$OUT/wheels.log" 2>&1 && export PYTHONPATH=/tmp/xent-site
+fi
+
+if has build || [ ! -f build/CMakeCache.txt ]; then
+  stamp "build"
+  scripts/deps.sh >"$OUT/deps.log" 2>&1
+  . scripts/env.sh
+  if cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release $XENT_CMAKE_PREFIX >"$OUT/build.log" 2>&1 &&
+     cmake --build build -j 16 >>"$OUT/build.log" 2>&1; then
+    note build ok
+  else
+    note build FAILED; tail -40 "$OUT/build.log"
+    printf '%s\n' "${SUMMARY[@]}"; exit 1
+  fi
+fi
+export XENT_LIBRARY=$PWD/build/libxent.so PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+
+if has bench; then
+  stamp "bench"
+  timeout 120 build/bench/xent-bench --mode all --csv "$OUT/xent-bench.csv" >"$OUT/bench.log" 2>&1
+  note bench "rc=$?"
+  cat "$OUT/bench.log"
+fi
+
+if has test; then
+  stamp "ctest"
+  (cd build && timeout ${XENT_TEST_TIMEOUT:-300} ctest --output-on-failure -E bench_compare) \
+    >"$OUT/ctest.log" 2>&1
+  note ctest "$(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |FAILED|Failed" "$OUT/ctest.log" | head -30
+fi
+
+
+if has tune; then
+  stamp "tune"
+  timeout ${XENT_TUNE_TIMEOUT:-200} build/bench/xent-bench --tune >"$OUT/tune.log" 2>&1
+  note tune "rc=$? (see tune.log)"
+  grep -iE "best|default" "$OUT/tune.log" | head -40
+fi
+
+
+if has sanitize; then
+  for tool in memcheck racecheck; do
+    stamp "compute-sanitizer $tool"
+    XENT_TEST_QUICK=1 timeout ${XENT_SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 \
+      build/tests/test_cuda >"$OUT/sanitize-$tool.log" 2>&1
+    rc=$?
+    note "$tool" "rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize-$tool.log" | tail -1)"
+  done
+fi
+
+if has python; then
+  stamp "pytest"
+  timeout ${XENT_PYTEST_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider tests/python -rs \
+    >"$OUT/pytest.log" 2>&1
+  note pytest "$(tail -1 "$OUT/pytest.log")"
+  grep -E "FAILED|Error" "$OUT/pytest.log" | head -20
+fi
+
+if has compare; then
+  stamp "compare"
+  PYTHONUNBUFFERED=1 python3 bench/compare.py --sweep all --mode ${XENT_COMPARE_MODES:-full,forward} \
+    --out "$OUT/compare.csv" --no-append --budget-s ${XENT_COMPARE_BUDGET:-330} \
+    >"$OUT/compare.log" 2>&1
+  note compare "rc=$?"
+  tail -30 "$OUT/compare.log"
+fi
+
+stamp "done"
+echo "==================== summary ===================="
+printf '%s\n' "${SUMMARY[@]}"
