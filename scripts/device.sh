@@ -32,7 +32,8 @@ stamp "gpu: $(cat "$OUT/gpu.txt")"
 # Python packages carried as wheels (e.g. the peer library for compare).
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/xent-site .whl/*.whl >"$OUT/wheels.log" 2>&1 && export PYTHONPATH=/tmp/xent-site
+    --target "${TMPDIR:-/tmp}/xent-site" .whl/*.whl >"$OUT/wheels.log" 2>&1 &&
+    export PYTHONPATH="${TMPDIR:-/tmp}/xent-site"
 fi
 
 if has build || [ ! -f build/CMakeCache.txt ]; then
