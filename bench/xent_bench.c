@@ -490,27 +490,34 @@ static int cpu_prepare(cpu_ctx *c, const point *p, xent_dtype dt, int threads, u
   return 0;
 }
 
-static xent_status cpu_call(cpu_ctx *c, int mode, const char **what) {
+/* One timed operation of `mode` on an already prepared call. go_half is the
+ * backward mode's grad_output (!= 1), go_one the full mode's (1, skipped);
+ * both live on the same side as the logits. */
+static xent_status run_mode(const xent_input *in, const xent_options *opt, const xent_output *out,
+                            const xent_exec *ex, const float *go_half, const float *go_one,
+                            int mode, const char **what) {
   xent_status st;
   switch (mode) {
     case MODE_FORWARD:
       *what = "xent_forward_grad";
-      return xent_forward_grad(&c->in, &c->opt, &c->out, &c->ex);
+      return xent_forward_grad(in, opt, out, ex);
     case MODE_BACKWARD:
       *what = "xent_backward";
-      return xent_backward(c->logits, c->in.dtype, c->in.rows, c->in.vocab, 0, &c->grad_half, 1,
-                           &c->ex);
+      return xent_backward(in->logits, in->dtype, in->rows, in->vocab, 0, go_half, 1, ex);
     case MODE_FULL:
       *what = "xent_forward_grad";
-      st = xent_forward_grad(&c->in, &c->opt, &c->out, &c->ex);
+      st = xent_forward_grad(in, opt, out, ex);
       if (st) return st;
       *what = "xent_backward";
-      return xent_backward(c->logits, c->in.dtype, c->in.rows, c->in.vocab, 0, &c->grad_one, 1,
-                           &c->ex);
+      return xent_backward(in->logits, in->dtype, in->rows, in->vocab, 0, go_one, 1, ex);
     default:
       *what = "xent_forward";
-      return xent_forward(&c->in, &c->opt, &c->out, &c->ex);
+      return xent_forward(in, opt, out, ex);
   }
+}
+
+static xent_status cpu_call(cpu_ctx *c, int mode, const char **what) {
+  return run_mode(&c->in, &c->opt, &c->out, &c->ex, &c->grad_half, &c->grad_one, mode, what);
 }
 
 static int cpu_time_mode(cpu_ctx *c, int mode, int iters, int warmup, stats *out) {
@@ -708,26 +715,7 @@ static int gpu_prepare(gpu_ctx *g, const point *p, xent_dtype dt, uint64_t seed)
 }
 
 static xent_status gpu_call(gpu_ctx *g, int mode, const char **what) {
-  xent_status st;
-  switch (mode) {
-    case MODE_FORWARD:
-      *what = "xent_forward_grad";
-      return xent_forward_grad(&g->in, &g->opt, &g->out, &g->ex);
-    case MODE_BACKWARD:
-      *what = "xent_backward";
-      return xent_backward(g->logits, g->in.dtype, g->in.rows, g->in.vocab, 0, &g->scalars[2], 1,
-                           &g->ex);
-    case MODE_FULL:
-      *what = "xent_forward_grad";
-      st = xent_forward_grad(&g->in, &g->opt, &g->out, &g->ex);
-      if (st) return st;
-      *what = "xent_backward";
-      return xent_backward(g->logits, g->in.dtype, g->in.rows, g->in.vocab, 0, &g->scalars[1], 1,
-                           &g->ex);
-    default:
-      *what = "xent_forward";
-      return xent_forward(&g->in, &g->opt, &g->out, &g->ex);
-  }
+  return run_mode(&g->in, &g->opt, &g->out, &g->ex, &g->scalars[2], &g->scalars[1], mode, what);
 }
 
 /* Refresh the logits from the pristine copy and evict the L2: untimed. */
