@@ -831,13 +831,14 @@ static int gpu_copy_bandwidth(gpu_ctx *g, int iters, int warmup, stats *out, dou
 #ifdef XENT_BENCH_CUDA
 
 static const int64_t tune_vocab_values[] = {32000, 50304, 128256, 152064, 262144};
-/* Launch candidates for --tune: {cluster, threads, vecs}; vecs 0 is the
- * two-read kernel (a row per cluster of `cluster` blocks), vecs > 0 the
- * one-read kernel (the row in registers across the cluster). */
-static const int tune_candidates[][3] = {
-    {1, 512, 0},  {1, 1024, 0}, {2, 512, 0},   {2, 1024, 0},  {3, 1024, 0}, {4, 512, 0},
-    {4, 1024, 0}, {6, 1024, 0}, {8, 512, 0},   {8, 1024, 0},  {1, 128, 16}, {1, 256, 16},
-    {2, 128, 16}, {2, 256, 8},  {4, 128, 16},  {4, 256, 8},   {8, 128, 16}, {8, 256, 8}};
+/* Launch candidates for --tune: {path, cluster, threads, size}, as
+ * xent_tune_override takes them. Path 1 two-read (a row per cluster of
+ * `cluster` blocks), 2 one-read (size: 16-byte vectors per thread), 3 ring
+ * with bulk copies, 4 ring with per-thread copies (cluster 0: the table's;
+ * size: 16 KB slots per block). */
+static const int tune_candidates[][4] = {
+    {1, 1, 512, 0}, {1, 1, 1024, 0}, {2, 1, 256, 16}, {3, 0, 512, 14}, {4, 0, 512, 14},
+    {3, 0, 512, 6}, {3, 0, 256, 6},  {3, 0, 256, 4},  {3, 1, 512, 6},  {3, 2, 512, 6}};
 
 typedef struct tune_ref {
   float loss;
@@ -964,7 +965,7 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
 
       stats s;
       xent_status st;
-      xent_tune_override(0, 0, 0);
+      xent_tune_override(0, 0, 0, 0);
       if (gpu_time_mode(g, MODE_FORWARD, 0, iters, warmup, &s, &st) || tune_snapshot(g, &ref)) {
         gpu_release(g);
         rc = -1;
@@ -979,12 +980,19 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
       for (size_t ci = 0; ci < sizeof tune_candidates / sizeof tune_candidates[0]; ci++) {
         {
           {
-            int cl = tune_candidates[ci][0], th = tune_candidates[ci][1];
-            int ve = tune_candidates[ci][2];
+            int pa = tune_candidates[ci][0], cl = tune_candidates[ci][1];
+            int th = tune_candidates[ci][2], sz = tune_candidates[ci][3];
             char name[64];
-            if (ve == 0) snprintf(name, sizeof name, "two-read cluster=%d threads=%d", cl, th);
-            else snprintf(name, sizeof name, "one-read cluster=%d threads=%d vecs=%d", cl, th, ve);
-            xent_tune_override(cl, th, ve);
+            if (pa == 1) snprintf(name, sizeof name, "two-read cluster=%d threads=%d", cl, th);
+            else if (pa == 2)
+              snprintf(name, sizeof name, "one-read cluster=%d threads=%d vecs=%d", cl, th, sz);
+            else if (cl == 0)
+              snprintf(name, sizeof name, "%s threads=%d slots=%d", pa == 4 ? "ring-lsu" : "ring",
+                       th, sz);
+            else
+              snprintf(name, sizeof name, "%s cluster=%d threads=%d slots=%d",
+                       pa == 4 ? "ring-lsu" : "ring", cl, th, sz);
+            xent_tune_override(pa, cl, th, sz);
             if (gpu_time_mode(g, MODE_FORWARD, 0, iters, warmup, &s, &st)) {
               if (st == XENT_ERROR_UNSUPPORTED) {
                 printf("  %-34s %12s\n", name, "unsupported");
@@ -1012,7 +1020,7 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
         }
       }
     done_shape:
-      xent_tune_override(0, 0, 0);
+      xent_tune_override(0, 0, 0, 0);
       printf("  best: %s  %.4f ms (default %.4f ms, %s)\n", tb->best, tb->best_ms, tb->default_ms,
              tb->default_launch);
       gpu_release(g);
@@ -1020,7 +1028,7 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
     }
     if (rc) break;
   }
-  xent_tune_override(0, 0, 0);
+  xent_tune_override(0, 0, 0, 0);
   free(ref.rows);
   free(got.rows);
 

@@ -23,6 +23,7 @@
 #include "common/workspace.h"
 #include "cuda/kernels_aux.cuh"
 #include "cuda/kernels_forward.cuh"
+#include "cuda/kernels_ring.cuh"
 #include "cuda/launch_table.h"
 #include "cuda/tune.h"
 #include "internal.h"
@@ -65,6 +66,7 @@ struct dev_props {
   int sm_major;
   int sms;
   long long l2_bytes;
+  int ring_slots; /* 16 KB ring chunks that fit one block's shared memory */
 };
 dev_props g_props[64];
 
@@ -73,12 +75,17 @@ xent_status get_props(int dev, dev_props *out) {
     *out = g_props[dev];
     return XENT_OK;
   }
-  dev_props p = {0, 0, 0, 0};
-  int l2 = 0;
+  dev_props p = {0, 0, 0, 0, 0};
+  int l2 = 0, smem_optin = 0;
   CK(cudaDeviceGetAttribute(&p.sm_major, cudaDevAttrComputeCapabilityMajor, dev));
   CK(cudaDeviceGetAttribute(&p.sms, cudaDevAttrMultiProcessorCount, dev));
   CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  CK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   p.l2_bytes = l2;
+  /* fwd_ring's static shared memory (barriers, reductions) is under 2 KB. */
+  p.ring_slots = (smem_optin - 2048) / (XENT_RING_CHUNK_VECS * 16);
+  if (p.ring_slots > XENT_RING_MAX_SLOTS) p.ring_slots = XENT_RING_MAX_SLOTS;
+  if (p.ring_slots < 0) p.ring_slots = 0;
   p.ready = 1;
   if (dev >= 0 && dev < 64) g_props[dev] = p;
   *out = p;
@@ -111,7 +118,7 @@ void leave_device(const device_scope *s) {
 /* Tuning override (xent-bench --tune)                                       */
 /* ------------------------------------------------------------------------ */
 
-xent_launch g_override = {0, 0, 0, 0};
+xent_launch g_override = {0, 0, 0, 0, 0, 0, 0};
 int g_override_on = 0;
 thread_local char g_last_launch[96] = "none";
 
@@ -134,8 +141,12 @@ fwd_kernel pick_oneread(int vecs) {
 
 template <typename T>
 fwd_kernel pick_kernel(const xent_launch &l, bool general) {
-  if (!l.oneread) return general ? fwd_tworead<T, true> : fwd_tworead<T, false>;
-  return general ? pick_oneread<T, true>(l.vecs) : pick_oneread<T, false>(l.vecs);
+  switch (l.path) {
+    case XENT_PATH_RING: return general ? fwd_ring<T, true> : fwd_ring<T, false>;
+    case XENT_PATH_ONEREAD:
+      return general ? pick_oneread<T, true>(l.vecs) : pick_oneread<T, false>(l.vecs);
+  }
+  return general ? fwd_tworead<T, true> : fwd_tworead<T, false>;
 }
 
 fwd_kernel pick_kernel_dtype(xent_dtype dt, const xent_launch &l, bool general) {
@@ -147,57 +158,136 @@ fwd_kernel pick_kernel_dtype(xent_dtype dt, const xent_launch &l, bool general) 
   return nullptr;
 }
 
+bool rows_aligned(const xent_input *in) {
+  return ((uintptr_t)in->logits & 15u) == 0 &&
+         (in->row_stride * (int64_t)xent_dtype_size(in->dtype)) % 16 == 0;
+}
+
 xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *l) {
   const int es = (int)xent_dtype_size(c->in.dtype);
+  const int aligned = rows_aligned(&c->in);
   if (g_override_on && c->write_grad) {
-    /* vecs == 0: two-read with a cluster of max(cluster, 1); else one-read. */
     xent_launch o = g_override;
-    o.oneread = o.vecs != 0;
-    if (o.cluster < 1) o.cluster = 1;
-    bool ok = o.cluster <= XENT_MAX_CLUSTER && (o.cluster == 1 || dp->sm_major >= 9) &&
-              o.threads >= 32 && o.threads % 32 == 0;
-    if (o.oneread)
-      ok = ok && o.threads <= XENT_MAX_ONEREAD_THREADS &&
-           (o.vecs == 2 || o.vecs == 4 || o.vecs == 8 || o.vecs == 16) &&
-           xent_launch_fits(&o, es, c->in.vocab);
-    else
-      ok = ok && o.threads <= 1024;
+    bool ok = o.threads >= 32 && o.threads % 32 == 0 && o.threads <= 1024;
+    if (o.path == XENT_PATH_RING) {
+      if (o.cluster == 0) /* the ring's own choice for this many slots */
+        o.cluster = xent_ring_cluster(dp->sm_major, o.slots, es, c->in.vocab, aligned);
+      o.chunk_vecs = XENT_RING_CHUNK_VECS;
+      ok = ok && o.slots <= dp->ring_slots &&
+           xent_ring_fits(&o, dp->sm_major, es, c->in.vocab, aligned);
+    } else {
+      if (o.cluster < 1) o.cluster = 1;
+      ok = ok && o.cluster <= XENT_MAX_CLUSTER && (o.cluster == 1 || dp->sm_major >= 9);
+      if (o.path == XENT_PATH_ONEREAD)
+        ok = ok && o.threads <= XENT_MAX_ONEREAD_THREADS &&
+             (o.vecs == 2 || o.vecs == 4 || o.vecs == 8 || o.vecs == 16) &&
+             xent_launch_fits(&o, es, c->in.vocab);
+    }
     if (!ok)
       return xent_fail(XENT_ERROR_UNSUPPORTED,
-                       "tune: cluster %d threads %d vecs %d cannot run V = %lld here", o.cluster,
-                       o.threads, o.vecs, (long long)c->in.vocab);
+                       "tune: path %d cluster %d threads %d vecs %d slots %d cannot run V = %lld "
+                       "here",
+                       o.path, o.cluster, o.threads, o.vecs, o.slots, (long long)c->in.vocab);
     *l = o;
     return XENT_OK;
   }
-  *l = xent_launch_pick(dp->sm_major, dp->sms, dp->l2_bytes, es, c->in.vocab, c->write_grad);
+  *l = xent_launch_pick(dp->sm_major, dp->ring_slots, es, c->in.vocab, aligned, c->write_grad);
   return XENT_OK;
 }
 
-xent_status launch_forward(const xent_launch &l, xent_dtype dt, bool general,
-                           const fwd_params &p, cudaStream_t stream) {
-  fwd_kernel k = pick_kernel_dtype(dt, l, general);
-  if (!k) return xent_fail(XENT_ERROR_UNSUPPORTED, "no kernel for vecs = %d", l.vecs);
-  if (p.rows > 0x7fffffffLL / l.cluster)
-    return xent_fail(XENT_ERROR_UNSUPPORTED, "rows = %lld is more than one launch can hold",
-                     (long long)p.rows);
+/* Launch as clusters of K blocks, with `attr` as the storage; K = 1 only
+ * when `always` (the cluster occupancy query needs the attribute). */
+void set_cluster(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr, int K, bool always) {
+  if (K <= 1 && !always) return;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = (unsigned)K;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cfg->attrs = attr;
+  cfg->numAttrs = 1;
+}
+
+/* The ring kernel's grid: as many clusters as can be resident at once
+ * (cached per kernel and shape of launch), at most one per row. */
+struct ring_grid_entry {
+  fwd_kernel k;
+  int dev, cluster, threads, smem, clusters;
+};
+ring_grid_entry g_ring_grid[32];
+int g_ring_grid_n = 0;
+
+xent_status ring_clusters(fwd_kernel k, const xent_launch &l, int smem, int smem_max,
+                          int *clusters) {
+  int dev = 0;
+  CK(cudaGetDevice(&dev));
+  for (int i = 0; i < g_ring_grid_n; i++) {
+    const ring_grid_entry &e = g_ring_grid[i];
+    if (e.k == k && e.dev == dev && e.cluster == l.cluster && e.threads == l.threads &&
+        e.smem == smem) {
+      *clusters = e.clusters;
+      return XENT_OK;
+    }
+  }
+  /* The kernel's limit is set to the largest ring this GPU holds, so that
+   * every cached configuration stays launchable. */
+  CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
-  cfg.gridDim = dim3((unsigned)(p.rows * l.cluster), 1, 1);
+  cfg.gridDim = dim3((unsigned)l.cluster, 1, 1);
   cfg.blockDim = dim3((unsigned)l.threads, 1, 1);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  if (l.cluster > 1) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)l.cluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+  cfg.dynamicSmemBytes = (size_t)smem;
+  set_cluster(&cfg, attr, l.cluster, true);
+  int n = 0;
+  CK(cudaOccupancyMaxActiveClusters(&n, k, &cfg));
+  if (n < 1)
+    return xent_fail(XENT_ERROR_UNSUPPORTED,
+                     "no cluster of %d blocks with %d bytes of shared memory fits this GPU",
+                     l.cluster, smem);
+  if (g_ring_grid_n < 32) {
+    ring_grid_entry e = {k, dev, l.cluster, l.threads, smem, n};
+    g_ring_grid[g_ring_grid_n++] = e;
   }
+  *clusters = n;
+  return XENT_OK;
+}
+
+xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype dt, bool general,
+                           fwd_params p, cudaStream_t stream) {
+  fwd_kernel k = pick_kernel_dtype(dt, l, general);
+  if (!k) return xent_fail(XENT_ERROR_UNSUPPORTED, "no kernel for vecs = %d", l.vecs);
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  int64_t blocks = p.rows * l.cluster;
+  cfg.dynamicSmemBytes = 0;
+  if (l.path == XENT_PATH_RING) {
+    const int smem = l.slots * l.chunk_vecs * 16;
+    int clusters = 0;
+    xent_status st =
+        ring_clusters(k, l, smem, dp->ring_slots * XENT_RING_CHUNK_VECS * 16, &clusters);
+    if (st) return st;
+    blocks = (p.rows < clusters ? p.rows : clusters) * (int64_t)l.cluster;
+    cfg.dynamicSmemBytes = (size_t)smem;
+    p.ring_slots = l.slots;
+    p.ring_chunk_vecs = l.chunk_vecs;
+    p.ring_lsu = l.lsu;
+  } else if (p.rows > 0x7fffffffLL / l.cluster) {
+    return xent_fail(XENT_ERROR_UNSUPPORTED, "rows = %lld is more than one launch can hold",
+                     (long long)p.rows);
+  }
+  cfg.gridDim = dim3((unsigned)blocks, 1, 1);
+  cfg.blockDim = dim3((unsigned)l.threads, 1, 1);
+  cfg.stream = stream;
+  set_cluster(&cfg, attr, l.cluster, false);
   CK(cudaLaunchKernelEx(&cfg, k, p));
-  snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d vecs=%d%s",
-           l.oneread ? "one-read" : "two-read", l.cluster, l.threads, l.vecs,
-           general ? " general" : "");
+  const char *name = l.path == XENT_PATH_RING      ? (l.lsu ? "ring-lsu" : "ring")
+                     : l.path == XENT_PATH_ONEREAD ? "one-read"
+                                                   : "two-read";
+  if (l.path == XENT_PATH_RING)
+    snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d slots=%d grid=%lld%s",
+             name, l.cluster, l.threads, l.slots, (long long)blocks, general ? " general" : "");
+  else
+    snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d vecs=%d%s", name,
+             l.cluster, l.threads, l.vecs, general ? " general" : "");
   return XENT_OK;
 }
 
@@ -350,7 +440,7 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
     p.row_acc = per_row ? out->token_accuracy : (out->token_accuracy ? ws_acc : NULL);
     p.lse_out = out->lse;
     p.pred_out = out->predicted;
-    if ((st = launch_forward(l, in->dtype, general, p, stream))) break;
+    if ((st = launch_forward(l, dp, in->dtype, general, p, stream))) break;
 
     if (!per_row) {
       finalize_params f;
@@ -454,7 +544,7 @@ xent_status xent_cuda_forward(const xent_call *c) {
   device_scope scope;
   xent_status st = enter_device(c->ex.device, &scope);
   if (st) return st;
-  dev_props props = {0, 0, 0, 0};
+  dev_props props = {0, 0, 0, 0, 0};
   st = get_props(c->ex.device, &props);
   if (!st) st = forward_impl(c, &props);
   leave_device(&scope);
@@ -474,7 +564,7 @@ xent_status xent_cuda_backward(const xent_scale_call *c) {
   s.per_row = c->grad_output && c->grad_output_count == c->rows && c->rows != 1;
   s.host_scale = c->host_scale;
   cudaStream_t stream = (cudaStream_t)c->ex.stream;
-  dev_props props = {0, 0, 0, 0};
+  dev_props props = {0, 0, 0, 0, 0};
   st = get_props(c->ex.device, &props);
   if (!st) {
     switch (c->dtype) {
@@ -487,12 +577,16 @@ xent_status xent_cuda_backward(const xent_scale_call *c) {
   return st;
 }
 
-void xent_tune_override(int cluster, int threads, int vecs) {
-  g_override.oneread = vecs != 0;
-  g_override.cluster = cluster;
-  g_override.threads = threads;
-  g_override.vecs = vecs;
-  g_override_on = !(cluster == 0 && threads == 0 && vecs == 0);
+void xent_tune_override(int path, int cluster, int threads, int size) {
+  xent_launch o = {path, cluster, threads, 0, 0, 0, 0};
+  if (path == XENT_PATH_ONEREAD) o.vecs = size;
+  if (path == XENT_PATH_RING || path == XENT_PATH_RING + 1) o.slots = size;
+  if (path == XENT_PATH_RING + 1) { /* 4: the ring with per-thread copies */
+    o.path = XENT_PATH_RING;
+    o.lsu = 1;
+  }
+  g_override = o;
+  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_RING + 1;
 }
 
 const char *xent_tune_last_launch(void) { return g_last_launch; }

@@ -41,6 +41,9 @@ struct fwd_params {
   int64_t stride_bytes;    /* between row starts                                */
   int vocab;
   int cluster;             /* blocks per row (1: no cluster)                    */
+  int ring_slots;          /* fwd_ring: shared-memory slots of ring_chunk_vecs  */
+  int ring_chunk_vecs;     /* fwd_ring: 16-byte vectors per bulk copy           */
+  int ring_lsu;            /* fwd_ring: per-thread copies instead of bulk ones  */
   const void *targets;
   int target64;
   int64_t ignore_index;
@@ -314,6 +317,38 @@ __device__ __forceinline__ void fold_max(const fwd_params &p, part &q, float xc,
   }
 }
 
+/* Fold one 16-byte vector v (elements j0 .. j0 + N - 1) into an online
+ * (max m, sum s) and the max-pass statistics q: one exponential per element,
+ * and one rescale of s when the vector raises the max. */
+template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH>
+__device__ __forceinline__ void fold_vec(const fwd_params &p, const uint4 &v, int j0, float &m,
+                                         float &s, part &q) {
+  constexpr int VN = elem<T>::N;
+  float f[VN];
+  elem<T>::unpack(v, f);
+  float cm = -INFINITY;
+#pragma unroll
+  for (int e = 0; e < VN; e++) {
+    float d;
+    if (GENERAL && p.use_softcap) f[e] = cap(p, f[e], &d);
+    fold_max<GENERAL, ARGMAX, SMOOTH>(p, q, f[e], j0 + e);
+    cm = fmaxf(cm, f[e]);
+  }
+  if (cm > m) {
+    s *= fast_exp2((m - cm) * kLog2e); /* 0 while m was -inf; NaN stays NaN */
+    m = cm;
+  }
+  if (m != -INFINITY) {
+    const float mk = m * kLog2e;
+#pragma unroll
+    for (int e = 0; e < VN; e++) s += fast_exp2(fmaf(f[e], kLog2e, -mk));
+  } else {
+#pragma unroll
+    for (int e = 0; e < VN; e++)
+      if (f[e] != f[e]) s = f[e];
+  }
+}
+
 /* Runs CALL(ARGMAX, SMOOTH) with the compile-time flags matching this call. */
 #define XENT_WITH_FLAGS(p, CALL)                       \
   do {                                                 \
@@ -375,17 +410,34 @@ __device__ __forceinline__ float grad_one(const fwd_params &p, const grad_coef &
   return g;
 }
 
+/* The reduction scales the count kernel left in the workspace header (1
+ * without one), and the constants with the device's sum of weights. A
+ * persistent kernel reads them once, not once per row. */
+struct row_scales {
+  xent_consts k;
+  float loss, z;
+};
+
+__device__ __forceinline__ row_scales load_scales(const fwd_params &p) {
+  row_scales rs;
+  rs.k = p.k;
+  rs.loss = 1.0f;
+  rs.z = 1.0f;
+  if (p.hdr) {
+    if (p.weights) rs.k.sum_w = p.hdr->sum_w;
+    rs.loss = p.hdr->scale_loss;
+    rs.z = p.hdr->scale_z;
+  }
+  return rs;
+}
+
 /* Statistics of a finished row -> gradient coefficients and row outputs.
  * Called with the row's full reduction; `xy` is x'_y. */
-__device__ __forceinline__ grad_coef finish_row(const fwd_params &p, const part &r, float xy,
-                                                int64_t row, int y, bool write_outputs) {
-  xent_consts k = p.k;
-  float scale_loss = 1.0f, scale_z = 1.0f;
-  if (p.hdr) {
-    if (p.weights) k.sum_w = p.hdr->sum_w;
-    scale_loss = p.hdr->scale_loss;
-    scale_z = p.hdr->scale_z;
-  }
+__device__ __forceinline__ grad_coef finish_row(const fwd_params &p, const row_scales &rs,
+                                                const part &r, float xy, int64_t row, int y,
+                                                bool write_outputs) {
+  const xent_consts &k = rs.k;
+  const float scale_loss = rs.loss, scale_z = rs.z;
   xent_row_stats st;
   st.lse = r.m + logf(r.s);
   st.xy = xy;
@@ -415,6 +467,11 @@ __device__ __forceinline__ grad_coef finish_row(const fwd_params &p, const part 
     if (p.pred_out) p.pred_out[row] = r.ai;
   }
   return gc;
+}
+
+__device__ __forceinline__ grad_coef finish_row(const fwd_params &p, const part &r, float xy,
+                                                int64_t row, int y, bool write_outputs) {
+  return finish_row(p, load_scales(p), r, xy, row, y, write_outputs);
 }
 
 /* Outputs of an ignored row (bad = 0) or of a row with a bad target (bad = 1,

@@ -17,71 +17,10 @@
 #define XENT_CUDA_KERNELS_FORWARD_CUH
 
 #include "cuda/device_common.cuh"
+#include "cuda/sm90.cuh"
 
 namespace xent {
 
-/* ------------------------------------------------------------------------ */
-/* Cluster primitives (PTX, sm_90+)                                          */
-/* ------------------------------------------------------------------------ */
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-/* Address of the same shared variable in block `rank` of this cluster. */
-__device__ __forceinline__ uint32_t map_shared(const void *p, unsigned rank) {
-  uint32_t local = (uint32_t)__cvta_generic_to_shared(p), remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  return remote;
-}
-__device__ __forceinline__ float ld_dsmem_f32(uint32_t a) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a));
-  return v;
-}
-__device__ __forceinline__ int ld_dsmem_s32(uint32_t a) {
-  int v;
-  asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(a));
-  return v;
-}
-__device__ __forceinline__ part ld_dsmem_part(const part *local, unsigned rank) {
-  uint32_t a = map_shared(local, rank);
-  part q;
-  q.m = ld_dsmem_f32(a + offsetof(part, m));
-  q.s = ld_dsmem_f32(a + offsetof(part, s));
-  q.sx = ld_dsmem_f32(a + offsetof(part, sx));
-  q.swx = ld_dsmem_f32(a + offsetof(part, swx));
-  q.am = ld_dsmem_f32(a + offsetof(part, am));
-  q.ai = ld_dsmem_s32(a + offsetof(part, ai));
-  return q;
-}
-
-/* Combine the block results `r` of the K blocks of this cluster: every block
- * gets the same merge, in rank order. Called by all threads of every block.
- * Leaves the cluster barrier armed: call cluster_wait() before exiting, so no
- * block's shared memory goes away while another block still reads it. */
-__device__ __forceinline__ part cluster_combine(part r, int K, part *exchange, part *scratch) {
-  if (threadIdx.x == 0) *exchange = r;
-  cluster_arrive();
-  cluster_wait();
-  if (threadIdx.x < 32) {
-    part t = (int)threadIdx.x < K ? ld_dsmem_part(exchange, threadIdx.x) : part_empty();
-    t = warp_reduce(t);
-    if (threadIdx.x == 0) scratch[kMaxWarps] = t;
-  }
-  cluster_arrive();
-  __syncthreads();
-  return scratch[kMaxWarps];
-}
-#endif
 
 /* ------------------------------------------------------------------------ */
 /* One read: the row in registers across a cluster                            */
@@ -267,31 +206,7 @@ __device__ __forceinline__ void tworead_pass1(const fwd_params &p, const char *r
 #pragma unroll
     for (int u = 0; u < U; u++) {
       int j = j0 + u * nt;
-      if (j < j_end) {
-        float f[VN];
-        elem<T>::unpack(v[u], f);
-        float cm = -INFINITY;
-#pragma unroll
-        for (int e = 0; e < VN; e++) {
-          float d;
-          if (GENERAL && p.use_softcap) f[e] = cap(p, f[e], &d);
-          fold_max<GENERAL, ARGMAX, SMOOTH>(p, q, f[e], g.head + j * VN + e);
-          cm = fmaxf(cm, f[e]);
-        }
-        if (cm > m) {
-          s *= fast_exp2((m - cm) * kLog2e); /* 0 while m was -inf; NaN stays NaN */
-          m = cm;
-        }
-        if (m != -INFINITY) {
-          const float mk = m * kLog2e;
-#pragma unroll
-          for (int e = 0; e < VN; e++) s += fast_exp2(fmaf(f[e], kLog2e, -mk));
-        } else {
-#pragma unroll
-          for (int e = 0; e < VN; e++)
-            if (f[e] != f[e]) s = f[e];
-        }
-      }
+      if (j < j_end) fold_vec<T, GENERAL, ARGMAX, SMOOTH>(p, v[u], g.head + j * VN, m, s, q);
     }
   }
   if (do_extras) {

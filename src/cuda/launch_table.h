@@ -1,31 +1,49 @@
 /*
  * launch_table.h - how the CUDA backend launches its forward kernels: the
- * one place that maps (architecture, dtype, V) to a kernel path and its
- * launch configuration. The measurements behind each rule are in
+ * one place that maps (architecture, dtype, V, alignment) to a kernel path
+ * and its launch configuration. The measurements behind each rule are in
  * bench/NOTES.md (xent-bench --tune on an H200).
  *
  * Paths:
+ *   ring      (fwd_ring, sm_90+; only through xent_tune_override, see the
+ *             table): one read. A persistent grid of clusters of
+ *             `cluster` blocks; each block holds its slice of a row in a ring
+ *             of `slots` shared-memory chunks of `chunk_vecs` 16-byte vectors
+ *             fed by bulk copies, so the next row streams in while the current
+ *             one is reduced and written. Needs 16-byte aligned rows (base,
+ *             stride and V * element size) and a slice that fits its ring.
  *   one-read  (fwd_oneread): the row lives in registers across a cluster of
  *             `cluster` blocks of `threads` threads, each thread holding `vecs`
  *             16-byte vectors. Capacity per row: cluster * threads * vecs * 16
  *             bytes. Needs sm_90+ for cluster > 1; a cluster of 1 runs anywhere.
  *   two-read  (fwd_tworead): a row per cluster of `cluster` blocks of
- *             `threads` threads (cluster 1: a row per block, any GPU), any V.
- *             Pass 1 reads the row, pass 2 re-reads it (from L2 when the rows in
- *             flight fit there) and writes the gradient. Also the forward-
- *             without-gradient kernel on every GPU (pass 1 alone).
+ *             `threads` threads (cluster 1: a row per block, any GPU), any V,
+ *             any alignment. Pass 1 reads the row, pass 2 re-reads it (partly
+ *             from L2) and writes the gradient. Also the forward-without-
+ *             gradient kernel on every GPU (pass 1 alone), where one read is
+ *             the floor.
  */
 #ifndef XENT_CUDA_LAUNCH_TABLE_H
 #define XENT_CUDA_LAUNCH_TABLE_H
 
+enum { XENT_PATH_TWOREAD = 1, XENT_PATH_ONEREAD = 2, XENT_PATH_RING = 3 };
+
 typedef struct xent_launch {
-  int oneread;   /* 1: fwd_oneread, 0: fwd_tworead */
-  int cluster;   /* blocks per row (one-read)       */
-  int threads;   /* threads per block               */
-  int vecs;      /* 16-byte vectors per thread      */
+  int path;        /* XENT_PATH_*                                         */
+  int cluster;     /* blocks per row                                      */
+  int threads;     /* threads per block                                   */
+  int vecs;        /* one-read: 16-byte vectors per thread                */
+  int slots;       /* ring: shared-memory chunks per block                */
+  int chunk_vecs;  /* ring: 16-byte vectors per chunk                     */
+  int lsu;         /* ring: per-thread 16-byte copies, not bulk copies    */
 } xent_launch;
 
-enum { XENT_MAX_CLUSTER = 8, XENT_MAX_ONEREAD_THREADS = 512 };
+enum {
+  XENT_MAX_CLUSTER = 8,
+  XENT_MAX_ONEREAD_THREADS = 512,
+  XENT_RING_CHUNK_VECS = 1024, /* 16 KB per bulk copy */
+  XENT_RING_MAX_SLOTS = 16
+};
 
 /* Does a one-read configuration hold every row of V elements of `es` bytes,
  * whatever the row's alignment? (The head and tail elements outside whole
@@ -36,11 +54,47 @@ static inline int xent_launch_fits(const xent_launch *l, int es, long long vocab
   return capacity >= vocab / vn && (long long)l->cluster * l->threads >= 2 * (vn - 1);
 }
 
-/* The table. sm_major: compute capability major; sms: multiprocessors;
- * l2_bytes: L2 size; es: element bytes. */
-static inline xent_launch xent_launch_pick(int sm_major, int sms, long long l2_bytes, int es,
-                                           long long vocab, int write_grad) {
-  xent_launch l = {0, 1, 512, 0};
+/* Chunks of a ring block's slice when a row of V elements is split K ways
+ * (the first blocks take the larger slices). */
+static inline long long xent_ring_chunks(long long vocab, int es, int K, int chunk_vecs) {
+  long long nvec = vocab * es / 16, slice = (nvec + K - 1) / K;
+  return (slice + chunk_vecs - 1) / chunk_vecs;
+}
+
+/* Can the ring path run these rows with this configuration? `aligned`: the
+ * logits' base and row stride are multiples of 16 bytes. */
+static inline int xent_ring_fits(const xent_launch *l, int sm_major, int es, long long vocab,
+                                 int aligned) {
+  long long nvec = vocab * es / 16;
+  return sm_major >= 9 && aligned && (vocab * es) % 16 == 0 && l->cluster >= 1 &&
+         l->cluster <= XENT_MAX_CLUSTER && nvec >= l->cluster && l->slots >= 1 &&
+         l->slots <= XENT_RING_MAX_SLOTS && l->chunk_vecs >= 1 &&
+         xent_ring_chunks(vocab, es, l->cluster, l->chunk_vecs) <= l->slots;
+}
+
+/* The ring's cluster size for a ring of `slots` chunks: the fewest blocks
+ * per row that leave room to prefetch at least 3/8 of the ring of the next
+ * row (5 of 14 chunks); failing that, the fewest that fit at all; 0 when
+ * the ring cannot run these rows. */
+static inline int xent_ring_cluster(int sm_major, int slots, int es, long long vocab,
+                                    int aligned) {
+  for (int pass = 0; pass < 2; pass++) {
+    for (int K = 1; K <= XENT_MAX_CLUSTER; K++) {
+      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0};
+      long long chunks = xent_ring_chunks(vocab, es, K, XENT_RING_CHUNK_VECS);
+      if (pass == 0 && chunks * 8 > (long long)slots * 5) continue;
+      if (xent_ring_fits(&r, sm_major, es, vocab, aligned)) return K;
+    }
+  }
+  return 0;
+}
+
+/* The table. sm_major: compute capability major; ring_slots: 16 KB chunks
+ * one block's shared memory holds on this GPU; es: element bytes; aligned:
+ * see xent_ring_fits. */
+static inline xent_launch xent_launch_pick(int sm_major, int ring_slots, int es, long long vocab,
+                                           int aligned, int write_grad) {
+  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0};
   long long vn = 16 / es, nvec = vocab / vn;
   long long row_bytes = vocab * es;
 
@@ -51,30 +105,24 @@ static inline xent_launch xent_launch_pick(int sm_major, int sms, long long l2_b
     return l;
   }
 
-  /* Forward with gradient. Measured on an H200 (bench/NOTES.md, v2):
+  /* Forward with gradient. Measured on an H200 (bench/NOTES.md, v2 to v4):
    * - short rows (at most 4096 vectors: V <= 32768 bf16, 16384 fp32): one
    *   read, the row in the registers of one 256-thread block (16 vectors a
-   *   thread); 0.37 ms against 0.39 for two reads at bf16 32000.
+   *   thread).
    * - longer rows: two reads, a row per block, pass 2 re-reading from L2;
-   *   1024 threads (one block per SM, fewer rows in flight, more L2 hits)
-   *   for rows over 256 KB (bf16 262144: 2.70 ms; fp32 128256: 2.57 ms), 512
-   *   up to 256 KB (bf16 128256, pass 2 walking backwards: 1.31 ms with 512
-   *   threads against 1.37 with 1024; fp32 50304: 1.06 against 1.10). Splitting rows over clusters was
-   *   slower at every size: each block's life is mostly fixed latency
-   *   (target, loads, reductions), so K blocks per row cost about K times. */
+   *   1024 threads for rows over 256 KB, 512 up to 256 KB. Splitting rows
+   *   over clusters was slower at every size: each block's life is mostly
+   *   fixed latency (target, loads, reductions), so K blocks per row cost
+   *   about K times.
+   * - the ring (v4) is never picked: 1.6 to 2x slower than the above at
+   *   every size measured; xent_tune_override selects it. */
   (void)sm_major;
-  (void)sms;
-  (void)l2_bytes;
+  (void)ring_slots;
+  (void)aligned;
   if (nvec <= 256 * 16) {
-    l.oneread = 1;
-    l.cluster = 1;
-    l.threads = 256;
-    l.vecs = 16;
-    if (xent_launch_fits(&l, es, vocab)) return l;
-    l.oneread = 0;
-    l.vecs = 0;
+    xent_launch o = {XENT_PATH_ONEREAD, 1, 256, 16, 0, 0, 0};
+    if (xent_launch_fits(&o, es, vocab)) return o;
   }
-  l.cluster = 1;
   l.threads = row_bytes > 256 * 1024 ? 1024 : 512;
   return l;
 }

@@ -31,10 +31,11 @@ xent_status xent_cuda_device_info(int device, xent_device_info *info) {
 
 #include "cuda/tune.h"
 
-void xent_tune_override(int cluster, int threads, int vecs) {
+void xent_tune_override(int path, int cluster, int threads, int size) {
+  (void)path;
   (void)cluster;
   (void)threads;
-  (void)vecs;
+  (void)size;
 }
 
 const char *xent_tune_last_launch(void) { return "cpu"; }

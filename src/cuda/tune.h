@@ -13,16 +13,20 @@ extern "C" {
 #endif
 
 /* Force the launch of the next CUDA forward_grad calls of this process.
- * vecs > 0: the one-read kernel, clusters of `cluster` blocks of `threads`
- * threads, each thread holding `vecs` 16-byte vectors of the row.
- * vecs == 0: the two-read kernel with a row per cluster of `cluster` blocks
- * (0 or 1: a row per block) of `threads` threads. All zeros: back to the
- * launch table. A configuration that cannot run the call fails it with
- * XENT_ERROR_UNSUPPORTED. */
-XENT_API void xent_tune_override(int cluster, int threads, int vecs);
+ * path 1: the two-read kernel, a row per cluster of `cluster` blocks (0 or
+ *         1: a row per block) of `threads` threads; size unused.
+ * path 2: the one-read kernel, clusters of `cluster` blocks of `threads`
+ *         threads, each thread holding `size` 16-byte vectors of the row.
+ * path 3: the ring kernel (sm_90+, aligned rows), clusters of `cluster`
+ *         blocks (0: the launch table's choice) of `threads` threads, each
+ *         with a ring of `size` 16 KB chunks fed by bulk copies.
+ * path 4: the ring kernel fed by per-thread 16-byte asynchronous copies.
+ * path 0: back to the launch table. A configuration that cannot run the
+ * call fails it with XENT_ERROR_UNSUPPORTED. */
+XENT_API void xent_tune_override(int path, int cluster, int threads, int size);
 
 /* A short description of the launch the last CUDA forward call used on this
- * thread, such as "one-read cluster=4 threads=512 vecs=8". */
+ * thread, such as "ring cluster=2 threads=512 slots=14 grid=132". */
 XENT_API const char *xent_tune_last_launch(void);
 
 #ifdef __cplusplus

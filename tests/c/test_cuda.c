@@ -95,9 +95,9 @@ static xent_exec cpu_exec(void) {
   return ex;
 }
 
-/* The two paths of the forward: 0 the built-in launch table, 1 the
- * two-read path forced. */
-static void force_two_read(int on) { xent_tune_override(0, on ? 256 : 0, 0); }
+/* The paths of the forward: 0 the built-in launch table, 1 the two-read
+ * path forced. */
+static void force_two_read(int on) { xent_tune_override(on ? 1 : 0, 1, 256, 0); }
 
 static void describe(const xt_case *c, const char *tag, char *desc, size_t n) {
   char cd[512];
@@ -234,7 +234,16 @@ static long compare_with_cpu(xt_problem *pb, const xt_outbuf *ob, const void *al
   return errors;
 }
 
-enum { RUN_COMPARE_CPU = 1, RUN_TWO_READ = 2, RUN_WORKSPACE = 4 };
+enum { RUN_COMPARE_CPU = 1, RUN_TWO_READ = 2, RUN_WORKSPACE = 4, RUN_RING = 8, RUN_RING_LSU = 16 };
+
+/* The launch a run forces (xent_tune_override): the ring kernel with 8 slots
+ * of 16 KB (fits every sm_90+ GPU) fed by bulk or per-thread copies, the
+ * two-read kernel, or the launch table. */
+static void force_path(int flags) {
+  if (flags & RUN_RING) xent_tune_override(3, 0, 512, 8);
+  else if (flags & RUN_RING_LSU) xent_tune_override(4, 0, 512, 8);
+  else force_two_read((flags & RUN_TWO_READ) != 0);
+}
 
 /* Run a problem on the device and check everything. */
 static long cuda_run_problem(xt_problem *pb, const char *tag, int flags) {
@@ -253,13 +262,14 @@ static long cuda_run_problem(xt_problem *pb, const char *tag, int flags) {
     CK(cudaMalloc(&ws, wsb));
   }
   xent_exec ex = cuda_exec(ws, wsb);
-  force_two_read((flags & RUN_TWO_READ) != 0);
+  force_path(flags);
   xent_status st = dev_call(&d, pb, &ex);
   force_two_read(0);
   g_cases++;
   long errors = 0;
   char full[1100];
-  snprintf(full, sizeof full, "%s%s%s launch=[%s]", desc, (flags & RUN_TWO_READ) ? " two-read" : "",
+  snprintf(full, sizeof full, "%s%s%s launch=[%s]", desc,
+           (flags & RUN_TWO_READ) ? " two-read" : (flags & (RUN_RING | RUN_RING_LSU)) ? " ring" : "",
            (flags & RUN_WORKSPACE) ? " workspace" : "", xent_tune_last_launch());
   if (st != XENT_OK) {
     fprintf(stderr, "  [%s] status %d (%s): %s\n", full, (int)st, xent_status_string(st),
@@ -396,6 +406,51 @@ static void test_cuda_vocab_sizes(void **state) {
         if (V >= 4095 && (k % 3 == 0 || g_quick)) /* the same on the two-read path */
           errors += cuda_run_case(&c, &rng, "cuda vocab", RUN_TWO_READ);
       }
+  assert_int_equal(errors, 0);
+}
+
+/* The ring kernel (sm_90+, aligned rows; not the launch table's choice on
+ * an H200, see bench/NOTES.md v4, but selectable) streams many rows through
+ * each cluster: enough rows here that every cluster takes several, so the
+ * ring wraps with its chunk count not dividing the slot count, and skipped
+ * rows sit between exchanged ones. Both ways of feeding the ring, and a
+ * check that the ring really ran. */
+static void test_cuda_ring_stream(void **state) {
+  (void)state;
+  require_gpu();
+  xent_device_info info;
+  if (xent_get_device_info(0, &info) != XENT_OK || info.sm_major < 9) {
+    print_message("the ring kernel needs sm_90 or newer\n");
+    skip();
+  }
+  xt_rng rng = xt_rng_for("test_cuda_ring_stream");
+  long errors = 0;
+  /* V, dtype: 1 to 8 blocks per row, 1 to 8 chunks per block. */
+  const struct {
+    int64_t V;
+    int d;
+  } shapes[] = {{40000, 1}, {50304, 1}, {128256, 1}, {128256, 0}, {201088, 1}, {262144, 0},
+                {24000, 2}, {8, 0}};
+  for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
+    for (int lsu = 0; lsu < 2; lsu++) {
+      if (g_quick && (i + lsu) % 3) continue;
+      int64_t V = shapes[i].V;
+      int64_t rows = V >= 200000 ? 160 : V >= 100000 ? 300 : 600;
+      if (g_quick) rows /= 4;
+      xt_case c = xt_case_default(DTYPES[shapes[i].d], rows, V);
+      c.reduction = REDS[(i + lsu) % 3];
+      c.ignore_frac = 0.1;
+      c.ties = 1;
+      if ((i + lsu) % 2) everything(&c);
+      int flags = (lsu ? RUN_RING_LSU : RUN_RING) | (i < 2 ? RUN_COMPARE_CPU : 0);
+      errors += cuda_run_case(&c, &rng, "cuda ring stream", flags);
+      if (strncmp(xent_tune_last_launch(), "ring", 4) != 0) {
+        print_message("V=%lld: expected the ring kernel, ran %s\n", (long long)V,
+                      xent_tune_last_launch());
+        errors++;
+      }
+    }
+  }
   assert_int_equal(errors, 0);
 }
 
@@ -1461,6 +1516,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_matrix),
       cmocka_unit_test(test_cuda_features),
       cmocka_unit_test(test_cuda_vocab_sizes),
+      cmocka_unit_test(test_cuda_ring_stream),
       cmocka_unit_test(test_cuda_layouts),
       cmocka_unit_test(test_cuda_ignored_rows),
       cmocka_unit_test(test_cuda_special_values),

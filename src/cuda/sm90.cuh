@@ -1,0 +1,166 @@
+/*
+ * sm90.cuh - Hopper (sm_90+) primitives the kernels use, as thin PTX
+ * wrappers: thread-block clusters and distributed shared memory, and the
+ * asynchronous bulk copy engine (cp.async.bulk) with the shared-memory
+ * barriers (mbarrier) that count its bytes. Everything here compiles to
+ * nothing for older architectures; the host never launches a kernel that
+ * needs it on a GPU below sm_90.
+ */
+#ifndef XENT_CUDA_SM90_CUH
+#define XENT_CUDA_SM90_CUH
+
+#include "cuda/device_common.cuh"
+
+namespace xent {
+
+/* ------------------------------------------------------------------------ */
+/* Cluster primitives (PTX, sm_90+)                                          */
+/* ------------------------------------------------------------------------ */
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+/* Address of the same shared variable in block `rank` of this cluster. */
+__device__ __forceinline__ uint32_t map_shared(const void *p, unsigned rank) {
+  uint32_t local = (uint32_t)__cvta_generic_to_shared(p), remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+__device__ __forceinline__ float ld_dsmem_f32(uint32_t a) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ int ld_dsmem_s32(uint32_t a) {
+  int v;
+  asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ part ld_dsmem_part(const part *local, unsigned rank) {
+  uint32_t a = map_shared(local, rank);
+  part q;
+  q.m = ld_dsmem_f32(a + offsetof(part, m));
+  q.s = ld_dsmem_f32(a + offsetof(part, s));
+  q.sx = ld_dsmem_f32(a + offsetof(part, sx));
+  q.swx = ld_dsmem_f32(a + offsetof(part, swx));
+  q.am = ld_dsmem_f32(a + offsetof(part, am));
+  q.ai = ld_dsmem_s32(a + offsetof(part, ai));
+  return q;
+}
+
+__device__ __forceinline__ void st_dsmem_f32(uint32_t a, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(a), "f"(v) : "memory");
+}
+__device__ __forceinline__ void st_dsmem_s32(uint32_t a, int v) {
+  asm volatile("st.shared::cluster.s32 [%0], %1;" ::"r"(a), "r"(v) : "memory");
+}
+/* Store q into the shared variable `local` of block `rank` of this cluster. */
+__device__ __forceinline__ void st_dsmem_part(part *local, unsigned rank, const part &q) {
+  uint32_t a = map_shared(local, rank);
+  st_dsmem_f32(a + offsetof(part, m), q.m);
+  st_dsmem_f32(a + offsetof(part, s), q.s);
+  st_dsmem_f32(a + offsetof(part, sx), q.sx);
+  st_dsmem_f32(a + offsetof(part, swx), q.swx);
+  st_dsmem_f32(a + offsetof(part, am), q.am);
+  st_dsmem_s32(a + offsetof(part, ai), q.ai);
+}
+
+/* Combine the block results `r` of the K blocks of this cluster: every block
+ * gets the same merge, in rank order. Called by all threads of every block.
+ * Leaves the cluster barrier armed: call cluster_wait() before exiting, so no
+ * block's shared memory goes away while another block still reads it. */
+__device__ __forceinline__ part cluster_combine(part r, int K, part *exchange, part *scratch) {
+  if (threadIdx.x == 0) *exchange = r;
+  cluster_arrive();
+  cluster_wait();
+  if (threadIdx.x < 32) {
+    part t = (int)threadIdx.x < K ? ld_dsmem_part(exchange, threadIdx.x) : part_empty();
+    t = warp_reduce(t);
+    if (threadIdx.x == 0) scratch[kMaxWarps] = t;
+  }
+  cluster_arrive();
+  __syncthreads();
+  return scratch[kMaxWarps];
+}
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Bulk asynchronous copies into shared memory (PTX, sm_90+)                 */
+/* ------------------------------------------------------------------------ */
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+/* A barrier that completes when `count` threads have arrived and the
+ * announced bytes have landed. */
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
+}
+/* Make initialised barriers visible to the copy engine and the cluster. */
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+/* Arrive on `bar` announcing `bytes` still to land in its current phase. */
+__device__ __forceinline__ void mbar_arrive_expect(uint64_t *bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+/* Wait until phase `parity` of `bar` has completed. */
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
+  const uint32_t a = smem_addr(bar);
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+        "selp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(a), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+/* Copy `bytes` (a multiple of 16, both addresses 16-byte aligned) from
+ * global to this block's shared memory; completion is counted on `bar`.
+ * The L2 policy marks the lines evict-first: they are read once. */
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes,
+                                          uint64_t *bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1], %2, [%3], %4;" ::"r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+/* The per-thread alternative (sm_80+ instructions): a 16-byte asynchronous
+ * copy through L2 only, and an arrival on `bar` once all of this thread's
+ * earlier copies have landed (the barrier counts one per thread). */
+__device__ __forceinline__ void copy16_async(void *dst, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void copies_arrive(uint64_t *bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar))
+               : "memory");
+}
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+#endif
+
+}  // namespace xent
+
+#endif
