@@ -132,6 +132,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "(= bf16,fp32)")
     p.add_argument("--bt", type=int, help="a single point's BT (or the vocab sweep's BT)")
     p.add_argument("--vocab", type=int, help="a single point's V (or the BT sweep's V)")
+    p.add_argument("--only", default=None,
+                   help="comma list of x values: run only these points of --sweep (e.g. "
+                   "--sweep bt --only 16384,65536 to redo two points)")
     p.add_argument("--providers", default=None,
                    help="comma list (default: %s)" % ",".join(ALL_PROVIDERS))
     p.add_argument("--skip", default="", help="comma list of providers to leave out")
@@ -202,6 +205,12 @@ def build_points(args, on_gpu: bool) -> List[Tuple[str, int, int]]:
         pts += [("V", args.bt or 8192, v) for v in SWEEP_VOCAB]
     if args.sweep in ("bt", "all"):
         pts += [("BT", bt, args.vocab or 128256) for bt in SWEEP_BT]
+    if args.only:
+        keep = {int(x) for x in args.only.split(",") if x.strip()}
+        pts = [pt for pt in pts if (pt[2] if pt[0] == "V" else pt[1]) in keep]
+        if not pts:
+            raise SystemExit("compare.py: --only %s matches no point of --sweep %s"
+                             % (args.only, args.sweep))
     if pts:
         return pts
     if args.bt or args.vocab:
