@@ -3,6 +3,7 @@
  */
 #include "check.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -76,6 +77,37 @@ xt_case xt_case_default(xent_dtype dt, int64_t rows, int64_t vocab) {
   c.shift = 3.0;
   c.check = XENT_TARGETS_CHECKED;
   return c;
+}
+
+void xt_everything(xt_case *c) {
+  c->weighted = 1;
+  c->alpha = 0.1;
+  c->s = 0.02;
+  c->use_softcap = 1;
+  c->cap = 15.0;
+  c->ties = 1;
+  c->ignore_frac = 0.15;
+}
+
+const char *xt_feature_combo(xt_case *c, int combo) {
+  switch (combo) {
+    case 0: c->alpha = 0.1; return "smoothing";
+    case 1: c->weighted = 1; return "weights";
+    case 2: c->weighted = 1, c->alpha = 0.2; return "weights+smoothing";
+    case 3: c->s = 0.05; return "z-loss";
+    case 4: c->s = 0.01, c->alpha = 0.1, c->weighted = 1; return "z+smoothing+weights";
+    case 5: c->use_softcap = 1, c->cap = 7.0; return "softcap";
+    case 6: c->use_softcap = 1, c->cap = 10.0, c->weighted = 1; return "softcap+weights";
+    case 7: c->use_softcap = 1, c->cap = 5.0, c->alpha = 0.3, c->s = 0.03; return "softcap+smoothing+z";
+    case 8:
+      xt_everything(c);
+      c->stride = c->vocab + 3;
+      c->offset = 1;
+      return "everything";
+    case 9: c->alpha = 1.0; return "smoothing=1";
+    case 10: c->alpha = 1.0, c->weighted = 1; return "weights+smoothing=1";
+  }
+  return "none";
 }
 
 void xt_case_desc(const xt_case *c, char *buf, size_t n) {
@@ -312,14 +344,40 @@ void xt_outbuf_free(xt_outbuf *ob) {
   memset(ob, 0, sizeof *ob);
 }
 
-xent_output xt_outbuf_view(const xt_outbuf *ob, const xt_case *c) {
+xent_output xt_output_view(const xt_case *c, float *loss, float *z, float *acc, float *lse,
+                           int64_t *pred) {
   xent_output o;
-  o.loss = ob->loss;
-  o.z_loss = c->want_z ? ob->z : NULL;
-  o.token_accuracy = c->want_acc ? ob->acc : NULL;
-  o.predicted = c->want_pred ? ob->pred : NULL;
-  o.lse = c->want_lse ? ob->lse : NULL;
+  o.loss = loss;
+  o.z_loss = c->want_z ? z : NULL;
+  o.token_accuracy = c->want_acc ? acc : NULL;
+  o.predicted = c->want_pred ? pred : NULL;
+  o.lse = c->want_lse ? lse : NULL;
   return o;
+}
+
+xent_output xt_outbuf_view(const xt_outbuf *ob, const xt_case *c) {
+  return xt_output_view(c, ob->loss, ob->z, ob->acc, ob->lse, ob->pred);
+}
+
+xent_status xt_forward(int grad, const xent_input *in, const xent_options *opt,
+                       const xent_output *out, const xent_exec *ex) {
+  return grad ? xent_forward_grad(in, opt, out, ex) : xent_forward(in, opt, out, ex);
+}
+
+static int is_word_char(char ch) { return isalnum((unsigned char)ch) || ch == '_'; }
+
+int xt_mentions(const char *msg, const char *word) {
+  size_t n = strlen(word);
+  if (n == 0) return 1;
+  for (const char *p = strstr(msg, word); p; p = strstr(p + 1, word)) {
+    int left_ok = (p == msg) || !is_word_char(p[-1]) || !is_word_char(word[0]);
+    int right_ok = !is_word_char(p[n]) || !is_word_char(word[n - 1]);
+    /* A number must not be the tail of a longer number ("-37" is not "37"
+     * when the word is a bare number). */
+    if (left_ok && isdigit((unsigned char)word[0]) && p > msg && p[-1] == '-') left_ok = 0;
+    if (left_ok && right_ok) return 1;
+  }
+  return 0;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -55,6 +55,17 @@ xt_case xt_case_default(xent_dtype dt, int64_t rows, int64_t vocab);
 /* "bf16 mean int64 BT=37 V=4095 stride=4095 off=0 grad ls=0.1 ..." */
 void xt_case_desc(const xt_case *c, char *buf, size_t n);
 
+/* Every feature at once: weights, smoothing 0.1, z-loss 0.02, softcap 15,
+ * planted ties, 15% of rows ignored. */
+void xt_everything(xt_case *c);
+
+/* The feature combinations the CPU and CUDA feature tests both run: applies
+ * combination `combo` (0 <= combo < XT_FEATURE_COMBOS) to c and returns its
+ * name ("smoothing", "weights+smoothing", ..., "everything" with a padded
+ * stride and an unaligned base, "smoothing=1", ...). */
+enum { XT_FEATURE_COMBOS = 11 };
+const char *xt_feature_combo(xt_case *c, int combo);
+
 typedef struct xt_problem {
   xt_case c;
   int64_t stride;            /* normalised (>= vocab)                              */
@@ -98,6 +109,17 @@ void xt_outbuf_poison(xt_outbuf *ob);
 void xt_outbuf_free(xt_outbuf *ob);
 /* The xent_output for these buffers: loss always, the rest when wanted. */
 xent_output xt_outbuf_view(const xt_outbuf *ob, const xt_case *c);
+/* The same for any buffers (device copies, say). */
+xent_output xt_output_view(const xt_case *c, float *loss, float *z, float *acc, float *lse,
+                           int64_t *pred);
+
+/* xent_forward_grad when grad, else xent_forward. */
+xent_status xt_forward(int grad, const xent_input *in, const xent_options *opt,
+                       const xent_output *out, const xent_exec *ex);
+
+/* Does `word` occur in `msg` as a whole token (not inside a longer word or
+ * number)? Word characters: letters, digits, '_'. */
+int xt_mentions(const char *msg, const char *word);
 
 xent_input xt_problem_input(const xt_problem *pb);
 xent_options xt_case_options(const xt_case *c);

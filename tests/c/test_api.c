@@ -10,7 +10,6 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -18,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "reference.h"
 #include "xent.h"
 
@@ -124,24 +124,6 @@ static const char *changed_buffers(void) {
   return buf;
 }
 
-/* Does `msg` contain `word` as a whole token (not inside a longer name or
- * number)? Word characters: letters, digits, '_'. */
-static int is_word_char(char ch) { return isalnum((unsigned char)ch) || ch == '_'; }
-
-static int mentions(const char *msg, const char *word) {
-  size_t n = strlen(word);
-  if (n == 0) return 1;
-  for (const char *p = strstr(msg, word); p; p = strstr(p + 1, word)) {
-    int left_ok = (p == msg) || !is_word_char(p[-1]) || !is_word_char(word[0]);
-    int right_ok = !is_word_char(p[n]) || !is_word_char(word[n - 1]);
-    /* A number must not be the tail of a longer number ("-37" is not "37"
-     * when the word is a bare number). */
-    if (left_ok && isdigit((unsigned char)word[0]) && p > msg && p[-1] == '-') left_ok = 0;
-    if (left_ok && right_ok) return 1;
-  }
-  return 0;
-}
-
 /* ------------------------------------------------------------------------ */
 /* The forward call under test                                               */
 /* ------------------------------------------------------------------------ */
@@ -200,10 +182,10 @@ static void expect_fail_words(const char *label, const call *c, xent_status want
     } else {
       if (!msg || !*msg) report("%s: %s: empty xent_last_error()", label, fn);
       for (int i = 0; words && words[i]; i++)
-        if (msg && !mentions(msg, words[i]))
+        if (msg && !xt_mentions(msg, words[i]))
           report("%s: %s: message \"%s\" does not name \"%s\"", label, fn, msg, words[i]);
       for (int i = 0; absent && absent[i]; i++)
-        if (msg && mentions(msg, absent[i]))
+        if (msg && xt_mentions(msg, absent[i]))
           report("%s: %s: message \"%s\" names \"%s\" (not the first bad one)", label, fn, msg,
                  absent[i]);
     }
@@ -316,11 +298,11 @@ static void test_version_and_info(void **state) {
                 info.cuda_driver_version);
 
   assert_int_equal(xent_get_info(NULL), XENT_ERROR_NULL_POINTER);
-  assert_true(mentions(xent_last_error(), "info"));
+  assert_true(xt_mentions(xent_last_error(), "info"));
 
   xent_device_info d;
   assert_int_equal(xent_get_device_info(0, NULL), XENT_ERROR_NULL_POINTER);
-  assert_true(mentions(xent_last_error(), "info"));
+  assert_true(xt_mentions(xent_last_error(), "info"));
   if (!info.cuda_built) {
     assert_int_equal(xent_get_device_info(0, &d), XENT_ERROR_UNSUPPORTED);
     assert_true(*xent_last_error() != '\0');
@@ -395,14 +377,14 @@ static void test_last_error_per_thread(void **state) {
   assert_int_equal(run_call(&c, 0), XENT_ERROR_BAD_LABEL_SMOOTHING);
   char mine[512];
   snprintf(mine, sizeof mine, "%s", xent_last_error());
-  assert_true(mentions(mine, "label_smoothing"));
+  assert_true(xt_mentions(mine, "label_smoothing"));
   /* ... is not seen by a new thread, whose own error does not change it. */
   const char *seen[2] = {NULL, NULL};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, thread_error, seen), 0);
   assert_int_equal(pthread_join(th, NULL), 0);
   assert_string_equal(seen[0], "");
-  assert_true(mentions(seen[1], "in"));
+  assert_true(xt_mentions(seen[1], "in"));
   assert_string_equal(xent_last_error(), mine);
 }
 
@@ -804,12 +786,12 @@ static void test_bad_weights(void **state) {
       opt.reduction = XENT_REDUCTION_NONE;
       xent_output out = {loss, NULL, NULL, NULL, NULL};
       xent_exec ex = xent_exec_default();
-      xent_status st = grad ? xent_forward_grad(&in, &opt, &out, &ex) : xent_forward(&in, &opt, &out, &ex);
+      xent_status st = xt_forward(grad, &in, &opt, &out, &ex);
       const char *msg = xent_last_error();
       if (st != XENT_ERROR_BAD_WEIGHT)
         report("weights[%d] = %g: status %d, want XENT_ERROR_BAD_WEIGHT (%s)", cases[i].index,
                (double)cases[i].value, (int)st, msg);
-      else if (!mentions(msg, "weights") || !mentions(msg, cases[i].index_s))
+      else if (!xt_mentions(msg, "weights") || !xt_mentions(msg, cases[i].index_s))
         report("weights[%d]: message \"%s\" does not name weights and the index", cases[i].index,
                msg);
       if (memcmp(before, logits, R2 * V2 * sizeof(float)) != 0)
@@ -832,7 +814,7 @@ static void test_bad_weights(void **state) {
     xent_output out = {loss, NULL, NULL, NULL, NULL};
     xent_exec ex = xent_exec_default();
     assert_int_equal(xent_forward(&in, &opt, &out, &ex), XENT_ERROR_BAD_WEIGHT);
-    if (!mentions(xent_last_error(), "17") || mentions(xent_last_error(), "1500"))
+    if (!xt_mentions(xent_last_error(), "17") || xt_mentions(xent_last_error(), "1500"))
       report("two bad weights: message \"%s\" should name index 17 only", xent_last_error());
   }
   xt_free(logits);
@@ -1061,7 +1043,7 @@ static void expect_bfail(const char *label, const bcall *b, int which, xent_stat
   if (st != want)
     report("%s: %s returned %d (%s), want %d; \"%s\"", label, fn, (int)st, xent_status_string(st),
            (int)want, msg);
-  else if (word && !mentions(msg, word))
+  else if (word && !xt_mentions(msg, word))
     report("%s: %s: message \"%s\" does not name \"%s\"", label, fn, msg, word);
   if (*changed_buffers()) report("%s: %s failed but wrote:%s", label, fn, changed_buffers());
 }

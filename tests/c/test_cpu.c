@@ -46,7 +46,7 @@ static xent_status call_forward(xt_problem *pb, xt_outbuf *ob, int threads) {
   xent_options opt = xt_case_options(&pb->c);
   xent_output out = xt_outbuf_view(ob, &pb->c);
   xent_exec ex = cpu_exec(threads);
-  return pb->c.grad ? xent_forward_grad(&in, &opt, &out, &ex) : xent_forward(&in, &opt, &out, &ex);
+  return xt_forward(pb->c.grad, &in, &opt, &out, &ex);
 }
 
 /* Run the problem as it is and check everything; returns the error count. */
@@ -81,17 +81,6 @@ static long run_case(const xt_case *c, xt_rng *rng, const char *tag) {
   long e = run_problem(&pb, tag);
   xt_problem_free(&pb);
   return e;
-}
-
-/* Every feature at once. */
-static void everything(xt_case *c) {
-  c->weighted = 1;
-  c->alpha = 0.1;
-  c->s = 0.02;
-  c->use_softcap = 1;
-  c->cap = 15.0;
-  c->ties = 1;
-  c->ignore_frac = 0.15;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -373,13 +362,8 @@ static void test_features(void **state) {
   (void)state;
   xt_rng rng = xt_rng_for("test_features");
   long errors = 0;
-  const char *names[] = {"smoothing",      "weights",          "weights+smoothing",
-                         "z-loss",         "z+smoothing+weights", "softcap",
-                         "softcap+weights", "softcap+smoothing+z", "everything",
-                         "smoothing=1",    "weights+smoothing=1"};
-  const int ncombo = (int)(sizeof names / sizeof names[0]);
   int k = 0;
-  for (int combo = 0; combo < ncombo; combo++)
+  for (int combo = 0; combo < XT_FEATURE_COMBOS; combo++)
     for (int d = 0; d < 3; d++)
       for (int r = 0; r < 3; r++, k++) {
         int64_t V = (k % 3 == 0) ? 7 : (k % 3 == 1) ? 1000 : 3001;
@@ -390,26 +374,10 @@ static void test_features(void **state) {
         c.want_acc = (k % 4 != 2);
         c.want_pred = (k % 2 == 0);
         c.want_lse = (k % 5 != 3);
-        switch (combo) {
-          case 0: c.alpha = 0.1; break;
-          case 1: c.weighted = 1; break;
-          case 2: c.weighted = 1, c.alpha = 0.2; break;
-          case 3: c.s = 0.05; break;
-          case 4: c.s = 0.01, c.alpha = 0.1, c.weighted = 1; break;
-          case 5: c.use_softcap = 1, c.cap = 7.0; break;
-          case 6: c.use_softcap = 1, c.cap = 10.0, c.weighted = 1; break;
-          case 7: c.use_softcap = 1, c.cap = 5.0, c.alpha = 0.3, c.s = 0.03; break;
-          case 8:
-            everything(&c);
-            c.stride = V + 3;
-            c.offset = 1;
-            c.check = XENT_TARGETS_UNCHECKED; /* valid targets: same results */
-            break;
-          case 9: c.alpha = 1.0; break;
-          case 10: c.alpha = 1.0, c.weighted = 1; break;
-        }
+        const char *name = xt_feature_combo(&c, combo);
+        if (combo == 8) c.check = XENT_TARGETS_UNCHECKED; /* valid targets: same results */
         char tag[64];
-        snprintf(tag, sizeof tag, "features %s", names[combo]);
+        snprintf(tag, sizeof tag, "features %s", name);
         errors += run_case(&c, &rng, tag);
       }
   assert_int_equal(errors, 0);
@@ -429,7 +397,7 @@ static void test_vocab_sizes(void **state) {
         c.reduction = REDS[k % 3];
         c.ttype = (k % 2) ? XENT_INT32 : XENT_INT64;
         c.ties = 1;
-        if (all) everything(&c);
+        if (all) xt_everything(&c);
         errors += run_case(&c, &rng, "vocab");
       }
   assert_int_equal(errors, 0);
@@ -449,7 +417,7 @@ static void test_padded_stride(void **state) {
         c.stride = shapes[s][1];
         c.grad = grad;
         c.reduction = REDS[k % 3];
-        if (k % 2) everything(&c);
+        if (k % 2) xt_everything(&c);
         errors += run_case(&c, &rng, "padded stride");
       }
   assert_int_equal(errors, 0);
@@ -470,7 +438,7 @@ static void test_unaligned_base(void **state) {
         c.stride = odd ? 4097 : 0;
         c.grad = grad;
         c.reduction = REDS[k % 3];
-        if (k % 2) everything(&c);
+        if (k % 2) xt_everything(&c);
         errors += run_case(&c, &rng, "unaligned base");
       }
   assert_int_equal(errors, 0);
@@ -488,14 +456,14 @@ static void test_ignored_rows(void **state) {
       c.ignore_index = 3;
       c.ignore_frac = 0.5;
       c.ttype = r % 2 ? XENT_INT32 : XENT_INT64;
-      if (r == 1) everything(&c), c.ignore_frac = 0.5;
+      if (r == 1) xt_everything(&c), c.ignore_frac = 0.5;
       errors += run_case(&c, &rng, "ignore_index = class 3");
       /* Every row ignored: mean NaN, sum 0, none zeros, gradient zero. */
       c = xt_case_default(DTYPES[d], 17, 300);
       c.reduction = REDS[r];
       c.ignore_frac = 1.0;
       errors += run_case(&c, &rng, "all rows ignored");
-      everything(&c);
+      xt_everything(&c);
       c.ignore_frac = 1.0;
       errors += run_case(&c, &rng, "all rows ignored, everything on");
       /* Ignored rows' logits are not read: NaN there changes nothing. */
@@ -503,7 +471,7 @@ static void test_ignored_rows(void **state) {
       c.reduction = REDS[r];
       c.ignore_frac = 0.3;
       c.nan_ignored = 1;
-      if (r == 2) everything(&c), c.ignore_frac = 0.3;
+      if (r == 2) xt_everything(&c), c.ignore_frac = 0.3;
       errors += run_case(&c, &rng, "NaN logits in ignored rows");
     }
   /* Odd ignore_index values. */
@@ -636,7 +604,7 @@ static void test_many_rows(void **state) {
       xt_case c = xt_case_default(DTYPES[d], 1001, 64);
       c.reduction = REDS[r];
       c.num_threads = threads[(d + r) % 4];
-      if (r == 2) everything(&c);
+      if (r == 2) xt_everything(&c);
       errors += run_case(&c, &rng, "many rows");
       c.rows = 1;
       errors += run_case(&c, &rng, "one row");
@@ -700,7 +668,7 @@ static void test_backward(void **state) {
       c.reduction = REDS[r];
       c.stride = V + 5;
       c.offset = 1;
-      everything(&c);
+      xt_everything(&c);
       xt_problem pb;
       assert_int_equal(xt_problem_make(&pb, &c, &rng), 0);
       char desc[768];
@@ -810,7 +778,7 @@ static void test_determinism(void **state) {
     for (int r = 0; r < 3; r++) {
       xt_case c = xt_case_default(DTYPES[d], 64, 4095);
       c.reduction = REDS[r];
-      everything(&c);
+      xt_everything(&c);
       c.num_threads = 1;
       xt_problem pb;
       assert_int_equal(xt_problem_make(&pb, &c, &rng), 0);

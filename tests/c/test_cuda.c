@@ -18,7 +18,6 @@
 #include <cmocka.h>
 
 #include <cuda_runtime.h>
-#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -55,20 +54,6 @@ static void require_gpu(void) {
 /* Small helpers                                                             */
 /* ------------------------------------------------------------------------ */
 
-static int is_word_char(char ch) { return isalnum((unsigned char)ch) || ch == '_'; }
-
-/* `word` as a whole token of `msg` (see test_api.c). */
-static int mentions(const char *msg, const char *word) {
-  size_t n = strlen(word);
-  for (const char *p = strstr(msg, word); p; p = strstr(p + 1, word)) {
-    int left_ok = (p == msg) || !is_word_char(p[-1]) || !is_word_char(word[0]);
-    int right_ok = !is_word_char(p[n]) || !is_word_char(word[n - 1]);
-    if (left_ok && isdigit((unsigned char)word[0]) && p > msg && p[-1] == '-') left_ok = 0;
-    if (left_ok && right_ok) return 1;
-  }
-  return 0;
-}
-
 static void h2d(void *dst, const void *src, size_t n) {
   if (n) CK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, g_stream));
 }
@@ -103,16 +88,6 @@ static void describe(const xt_case *c, const char *tag, char *desc, size_t n) {
   char cd[512];
   xt_case_desc(c, cd, sizeof cd);
   snprintf(desc, n, "%s: %s", tag, cd);
-}
-
-static void everything(xt_case *c) {
-  c->weighted = 1;
-  c->alpha = 0.1;
-  c->s = 0.02;
-  c->use_softcap = 1;
-  c->cap = 15.0;
-  c->ties = 1;
-  c->ignore_frac = 0.15;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -193,20 +168,14 @@ static xent_input dev_input(const dev_buf *d, const xt_problem *pb) {
 }
 
 static xent_output dev_output(const dev_buf *d, const xt_case *c) {
-  xent_output o;
-  o.loss = d->loss;
-  o.z_loss = c->want_z ? d->z : NULL;
-  o.token_accuracy = c->want_acc ? d->acc : NULL;
-  o.predicted = c->want_pred ? d->pred : NULL;
-  o.lse = c->want_lse ? d->lse : NULL;
-  return o;
+  return xt_output_view(c, d->loss, d->z, d->acc, d->lse, d->pred);
 }
 
 static xent_status dev_call(const dev_buf *d, const xt_problem *pb, const xent_exec *ex) {
   xent_input in = dev_input(d, pb);
   xent_options opt = xt_case_options(&pb->c);
   xent_output out = dev_output(d, &pb->c);
-  return pb->c.grad ? xent_forward_grad(&in, &opt, &out, ex) : xent_forward(&in, &opt, &out, ex);
+  return xt_forward(pb->c.grad, &in, &opt, &out, ex);
 }
 
 /* The CPU backend on the host copy of the problem (restored afterwards). */
@@ -219,7 +188,7 @@ static long compare_with_cpu(xt_problem *pb, const xt_outbuf *ob, const void *al
   xent_options opt = xt_case_options(&pb->c);
   xent_output out = xt_outbuf_view(&cob, &pb->c);
   xent_exec ex = cpu_exec();
-  xent_status st = pb->c.grad ? xent_forward_grad(&in, &opt, &out, &ex) : xent_forward(&in, &opt, &out, &ex);
+  xent_status st = xt_forward(pb->c.grad, &in, &opt, &out, &ex);
   long errors = 0;
   char d2[1300];
   snprintf(d2, sizeof d2, "%s (CUDA vs CPU)", desc);
@@ -330,13 +299,8 @@ static void test_cuda_features(void **state) {
   require_gpu();
   xt_rng rng = xt_rng_for("test_cuda_features");
   long errors = 0;
-  const char *names[] = {"smoothing",       "weights",           "weights+smoothing",
-                         "z-loss",          "z+smoothing+weights", "softcap",
-                         "softcap+weights", "softcap+smoothing+z", "everything",
-                         "smoothing=1",     "weights+smoothing=1"};
-  const int ncombo = (int)(sizeof names / sizeof names[0]);
   int k = 0;
-  for (int combo = 0; combo < ncombo; combo++)
+  for (int combo = 0; combo < XT_FEATURE_COMBOS; combo++)
     for (int d = 0; d < 3; d++)
       for (int r = 0; r < 3; r++, k++) {
         if (g_quick && (d + r) % 3 != combo % 3) continue; /* each feature once per dtype */
@@ -348,25 +312,9 @@ static void test_cuda_features(void **state) {
         c.want_acc = (k % 4 != 2);
         c.want_pred = (k % 2 == 0);
         c.want_lse = (k % 5 != 3);
-        switch (combo) {
-          case 0: c.alpha = 0.1; break;
-          case 1: c.weighted = 1; break;
-          case 2: c.weighted = 1, c.alpha = 0.2; break;
-          case 3: c.s = 0.05; break;
-          case 4: c.s = 0.01, c.alpha = 0.1, c.weighted = 1; break;
-          case 5: c.use_softcap = 1, c.cap = 7.0; break;
-          case 6: c.use_softcap = 1, c.cap = 10.0, c.weighted = 1; break;
-          case 7: c.use_softcap = 1, c.cap = 5.0, c.alpha = 0.3, c.s = 0.03; break;
-          case 8:
-            everything(&c);
-            c.stride = V + 3;
-            c.offset = 1;
-            break;
-          case 9: c.alpha = 1.0; break;
-          case 10: c.alpha = 1.0, c.weighted = 1; break;
-        }
+        const char *name = xt_feature_combo(&c, combo);
         char tag[64];
-        snprintf(tag, sizeof tag, "cuda features %s", names[combo]);
+        snprintf(tag, sizeof tag, "cuda features %s", name);
         int flags = RUN_COMPARE_CPU | ((k % 2) ? RUN_TWO_READ : 0);
         errors += cuda_run_case(&c, &rng, tag, flags);
       }
@@ -399,7 +347,7 @@ static void test_cuda_vocab_sizes(void **state) {
         c.reduction = REDS[k % 3];
         c.ttype = (k % 2) ? XENT_INT32 : XENT_INT64;
         c.ties = 1;
-        if (all) everything(&c);
+        if (all) xt_everything(&c);
         /* Large vocabularies compare with the CPU only once per size. */
         int flags = (V <= 50257 || (d == 1 && !all)) ? RUN_COMPARE_CPU : 0;
         errors += cuda_run_case(&c, &rng, "cuda vocab", flags);
@@ -441,7 +389,7 @@ static void test_cuda_ring_stream(void **state) {
       c.reduction = REDS[(i + lsu) % 3];
       c.ignore_frac = 0.1;
       c.ties = 1;
-      if ((i + lsu) % 2) everything(&c);
+      if ((i + lsu) % 2) xt_everything(&c);
       int flags = (lsu ? RUN_RING_LSU : RUN_RING) | (i < 2 ? RUN_COMPARE_CPU : 0);
       errors += cuda_run_case(&c, &rng, "cuda ring stream", flags);
       if (strncmp(xent_tune_last_launch(), "ring", 4) != 0) {
@@ -478,7 +426,7 @@ static void test_cuda_layouts(void **state) {
         c.offset = (int)shapes[s][2];
         c.grad = grad;
         c.reduction = REDS[k % 3];
-        if (k % 2) everything(&c);
+        if (k % 2) xt_everything(&c);
         errors += cuda_run_case(&c, &rng, "cuda layout", (k % 4 == 1) ? RUN_TWO_READ : 0);
       }
   assert_int_equal(errors, 0);
@@ -502,14 +450,14 @@ static void test_cuda_ignored_rows(void **state) {
       c.reduction = REDS[r];
       c.ignore_frac = 1.0;
       errors += cuda_run_case(&c, &rng, "cuda all rows ignored", 0);
-      everything(&c);
+      xt_everything(&c);
       c.ignore_frac = 1.0;
       errors += cuda_run_case(&c, &rng, "cuda all rows ignored, everything", RUN_TWO_READ);
       c = xt_case_default(DTYPES[d], 40, 5000);
       c.reduction = REDS[r];
       c.ignore_frac = 0.3;
       c.nan_ignored = 1;
-      if (r == 2) everything(&c), c.ignore_frac = 0.3;
+      if (r == 2) xt_everything(&c), c.ignore_frac = 0.3;
       errors += cuda_run_case(&c, &rng, "cuda NaN logits in ignored rows", r == 1 ? RUN_TWO_READ : 0);
     }
   xt_case c = xt_case_default(XENT_BFLOAT16, 40, 100);
@@ -627,8 +575,8 @@ static void test_cuda_bad_target_checked(void **state) {
           fprintf(stderr, "  [%s] status %d (%s), want XENT_ERROR_BAD_TARGET: %s\n", label,
                   (int)st, xent_status_string(st), msg);
           errors++;
-        } else if (!mentions(msg, "37") || !mentions(msg, cases[i].value_s) ||
-                   mentions(msg, "50") || mentions(msg, "77777")) {
+        } else if (!xt_mentions(msg, "37") || !xt_mentions(msg, cases[i].value_s) ||
+                   xt_mentions(msg, "50") || xt_mentions(msg, "77777")) {
           fprintf(stderr, "  [%s] message \"%s\" should name row 37 and %s only\n", label, msg,
                   cases[i].value_s);
           errors++;
@@ -669,7 +617,7 @@ static void test_cuda_bad_target_checked(void **state) {
     dev_make(&d, &pb, &ob);
     xent_exec ex = cuda_exec(NULL, 0);
     xent_status st = dev_call(&d, &pb, &ex);
-    if (st != XENT_ERROR_BAD_WEIGHT || !mentions(xent_last_error(), "weights")) {
+    if (st != XENT_ERROR_BAD_WEIGHT || !xt_mentions(xent_last_error(), "weights")) {
       fprintf(stderr, "  [checked NaN weight] status %d: \"%s\"\n", (int)st, xent_last_error());
       errors++;
     }
@@ -706,7 +654,7 @@ static void test_cuda_bad_target_unchecked(void **state) {
         c.ttype = tt ? XENT_INT64 : XENT_INT32;
         c.check = XENT_TARGETS_UNCHECKED;
         c.bad_targets = 5;
-        if (k % 3 == 1) everything(&c);
+        if (k % 3 == 1) xt_everything(&c);
         errors += cuda_run_case(&c, &rng, "cuda unchecked bad targets", (k % 2) ? RUN_TWO_READ : 0);
         /* Valid targets in unchecked mode: the same results as checked. */
         c.bad_targets = 0;
@@ -733,7 +681,7 @@ static void test_cuda_backward(void **state) {
       c.reduction = REDS[r];
       c.stride = V + 5;
       c.offset = 1;
-      everything(&c);
+      xt_everything(&c);
       xt_problem pb;
       assert_int_equal(xt_problem_make(&pb, &c, &rng), 0);
       char desc[900];
@@ -814,7 +762,7 @@ static void test_cuda_backward(void **state) {
         sync_stream();
         float host_go = 2.0f;
         xent_status st = xent_backward(dv.logits, c.dtype, R, V, c.stride, &host_go, 1, &ex);
-        if (st != XENT_ERROR_BAD_ARGUMENT || !mentions(xent_last_error(), "grad_output")) {
+        if (st != XENT_ERROR_BAD_ARGUMENT || !xt_mentions(xent_last_error(), "grad_output")) {
           fprintf(stderr, "  [%s] host grad_output with backend CUDA: status %d \"%s\"\n", desc,
                   (int)st, xent_last_error());
           errors++;
@@ -861,7 +809,7 @@ static void test_cuda_workspace_and_determinism(void **state) {
       if (g_quick && d != r) continue;
       xt_case c = xt_case_default(DTYPES[d], g_quick ? 16 : 96, (r == 1) ? 4095 : 32000);
       c.reduction = REDS[r];
-      everything(&c);
+      xt_everything(&c);
       xt_problem pb;
       assert_int_equal(xt_problem_make(&pb, &c, &rng), 0);
       char desc[900];
@@ -926,11 +874,11 @@ static void test_cuda_workspace_and_determinism(void **state) {
         xent_status s2 = dev_call(&dv, &pb, &bad2);
         char m2[512];
         snprintf(m2, sizeof m2, "%s", xent_last_error());
-        if (s1 != XENT_ERROR_BAD_ARGUMENT || !mentions(m1, "workspace_bytes")) {
+        if (s1 != XENT_ERROR_BAD_ARGUMENT || !xt_mentions(m1, "workspace_bytes")) {
           fprintf(stderr, "  [%s] small workspace: status %d \"%s\"\n", desc, (int)s1, m1);
           errors++;
         }
-        if (s2 != XENT_ERROR_BAD_ARGUMENT || !mentions(m2, "workspace")) {
+        if (s2 != XENT_ERROR_BAD_ARGUMENT || !xt_mentions(m2, "workspace")) {
           fprintf(stderr, "  [%s] misaligned workspace: status %d \"%s\"\n", desc, (int)s2, m2);
           errors++;
         }
@@ -940,7 +888,7 @@ static void test_cuda_workspace_and_determinism(void **state) {
         xent_output out = dev_output(&dv, &c);
         out.lse = b.lse; /* host memory */
         xent_status s3 = xent_forward_grad(&in, &opt, &out, &ex_null);
-        if (s3 != XENT_ERROR_BAD_ARGUMENT || !mentions(xent_last_error(), "lse")) {
+        if (s3 != XENT_ERROR_BAD_ARGUMENT || !xt_mentions(xent_last_error(), "lse")) {
           fprintf(stderr, "  [%s] host lse with device logits: status %d \"%s\"\n", desc, (int)s3,
                   xent_last_error());
           errors++;
@@ -1007,7 +955,7 @@ static void test_cuda_rows_zero(void **state) {
       opt.reduction = REDS[r];
       xent_output out = {d_out, d_out + 2, d_out + 4, NULL, NULL};
       xent_exec ex = cuda_exec(NULL, 0);
-      xent_status st = grad ? xent_forward_grad(&in, &opt, &out, &ex) : xent_forward(&in, &opt, &out, &ex);
+      xent_status st = xt_forward(grad, &in, &opt, &out, &ex);
       sync_stream();
       d2h(host, d_out, sizeof host);
       sync_stream();
@@ -1053,7 +1001,7 @@ static long graph_case(xent_dtype dt, xent_reduction red, int explicit_ws, xt_rn
   long errors = 0;
   const int64_t R = g_quick ? 24 : 64, V = g_quick ? 4095 : 32000;
   xt_case c = xt_case_default(dt, R, V);
-  everything(&c);
+  xt_everything(&c);
   c.reduction = red;
   c.check = XENT_TARGETS_UNCHECKED;
   c.stride = V + 8;
