@@ -65,7 +65,6 @@ struct dev_props {
   int ready;
   int sm_major;
   int sms;
-  long long l2_bytes;
   int ring_slots; /* 16 KB ring chunks that fit one block's shared memory */
 };
 dev_props g_props[64];
@@ -75,13 +74,11 @@ xent_status get_props(int dev, dev_props *out) {
     *out = g_props[dev];
     return XENT_OK;
   }
-  dev_props p = {0, 0, 0, 0, 0};
-  int l2 = 0, smem_optin = 0;
+  dev_props p = {0, 0, 0, 0};
+  int smem_optin = 0;
   CK(cudaDeviceGetAttribute(&p.sm_major, cudaDevAttrComputeCapabilityMajor, dev));
   CK(cudaDeviceGetAttribute(&p.sms, cudaDevAttrMultiProcessorCount, dev));
-  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
   CK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  p.l2_bytes = l2;
   /* fwd_ring's static shared memory (barriers, reductions) is under 2 KB. */
   p.ring_slots = (smem_optin - 2048) / (XENT_RING_CHUNK_VECS * 16);
   if (p.ring_slots > XENT_RING_MAX_SLOTS) p.ring_slots = XENT_RING_MAX_SLOTS;
@@ -165,8 +162,8 @@ bool rows_aligned(const xent_input *in) {
 
 xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *l) {
   const int es = (int)xent_dtype_size(c->in.dtype);
-  const int aligned = rows_aligned(&c->in);
   if (g_override_on && c->write_grad) {
+    const int aligned = rows_aligned(&c->in);
     xent_launch o = g_override;
     bool ok = o.threads >= 32 && o.threads % 32 == 0 && o.threads <= 1024;
     if (o.path == XENT_PATH_RING) {
@@ -191,7 +188,7 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
     *l = o;
     return XENT_OK;
   }
-  *l = xent_launch_pick(dp->sm_major, dp->ring_slots, es, c->in.vocab, aligned, c->write_grad);
+  *l = xent_launch_pick(dp->sm_major, es, c->in.vocab, c->write_grad);
   return XENT_OK;
 }
 
@@ -544,7 +541,7 @@ xent_status xent_cuda_forward(const xent_call *c) {
   device_scope scope;
   xent_status st = enter_device(c->ex.device, &scope);
   if (st) return st;
-  dev_props props = {0, 0, 0, 0, 0};
+  dev_props props = {0, 0, 0, 0};
   st = get_props(c->ex.device, &props);
   if (!st) st = forward_impl(c, &props);
   leave_device(&scope);
@@ -564,7 +561,7 @@ xent_status xent_cuda_backward(const xent_scale_call *c) {
   s.per_row = c->grad_output && c->grad_output_count == c->rows && c->rows != 1;
   s.host_scale = c->host_scale;
   cudaStream_t stream = (cudaStream_t)c->ex.stream;
-  dev_props props = {0, 0, 0, 0, 0};
+  dev_props props = {0, 0, 0, 0};
   st = get_props(c->ex.device, &props);
   if (!st) {
     switch (c->dtype) {

@@ -89,11 +89,9 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
   return 0;
 }
 
-/* The table. sm_major: compute capability major; ring_slots: 16 KB chunks
- * one block's shared memory holds on this GPU; es: element bytes; aligned:
- * see xent_ring_fits. */
-static inline xent_launch xent_launch_pick(int sm_major, int ring_slots, int es, long long vocab,
-                                           int aligned, int write_grad) {
+/* The table. sm_major: compute capability major; es: element bytes. */
+static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab,
+                                           int write_grad) {
   xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0};
   long long vn = 16 / es, nvec = vocab / vn;
   long long row_bytes = vocab * es;
@@ -117,8 +115,6 @@ static inline xent_launch xent_launch_pick(int sm_major, int ring_slots, int es,
    * - the ring (v4) is never picked: 1.6 to 2x slower than the above at
    *   every size measured; xent_tune_override selects it. */
   (void)sm_major;
-  (void)ring_slots;
-  (void)aligned;
   if (nvec <= 256 * 16) {
     xent_launch o = {XENT_PATH_ONEREAD, 1, 256, 16, 0, 0, 0};
     if (xent_launch_fits(&o, es, vocab)) return o;
