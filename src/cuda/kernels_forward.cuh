@@ -179,8 +179,8 @@ __global__ void __launch_bounds__(512, 1) fwd_oneread(const fwd_params p) {
 /* Pass 1 leaves the row in L2 (a plain, cache-all load) so that pass 2, a
  * moment later, re-reads it from L2 rather than HBM; pass 2 reads and writes
  * with evict-first hints so that the gradient does not push other rows out.
- * Part of pass 2 hits L2 (on an H200 about half at bf16 128256, bench/NOTES.md
- * v2); the more rows in flight per SM, the less. */
+ * Only part of pass 2 hits L2 (bench/NOTES.md v2 and v3); the more rows in
+ * flight per SM, the less. */
 
 constexpr int kTwoReadUnroll = 4;
 
