@@ -835,10 +835,12 @@ static const int64_t tune_vocab_values[] = {32000, 50304, 128256, 152064, 262144
  * xent_tune_override takes them. Path 1 two-read (a row per cluster of
  * `cluster` blocks), 2 one-read (size: 16-byte vectors per thread), 3 ring
  * with bulk copies, 4 ring with per-thread copies (cluster 0: the table's;
- * size: 16 KB slots per block). */
+ * size: 16 KB slots per block), 5 stream (size: 16-byte slots per thread). Without a
+ * gradient (--mode forward_nograd) the ring candidates are left out. */
 static const int tune_candidates[][4] = {
-    {1, 1, 512, 0}, {1, 1, 1024, 0}, {2, 1, 256, 16}, {3, 0, 512, 14}, {4, 0, 512, 14},
-    {3, 0, 512, 6}, {3, 0, 256, 6},  {3, 0, 256, 4},  {3, 1, 512, 6},  {3, 2, 512, 6}};
+    {1, 1, 256, 0},  {1, 1, 512, 0},  {1, 1, 1024, 0}, {2, 1, 256, 16}, {3, 0, 512, 14},
+    {5, 1, 1024, 14}, {5, 1, 1024, 12}, {5, 1, 1024, 8}, {5, 1, 1024, 4}, {5, 1, 512, 16},
+    {5, 1, 512, 13}, {5, 1, 512, 8},  {5, 1, 256, 16}, {5, 1, 256, 8}};
 
 typedef struct tune_ref {
   float loss;
@@ -927,6 +929,9 @@ typedef struct tune_best {
 } tune_best;
 
 static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
+  const int mode = cfg->modes_given && cfg->modes[MODE_FORWARD_NOGRAD] && !cfg->modes[MODE_FORWARD]
+                       ? MODE_FORWARD_NOGRAD
+                       : MODE_FORWARD;
   const xent_dtype dts[] = {XENT_BFLOAT16, XENT_FLOAT32};
   int64_t bt = cfg->bt ? cfg->bt : 8192;
   tune_best summary[2 * (sizeof tune_vocab_values / sizeof tune_vocab_values[0])];
@@ -937,11 +942,16 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
   tune_ref ref = {0}, got = {0};
   int rc = 0;
 
-  printf("\ntuning: fwd+grad, BT=%lld, %d timed iterations after %d warm-up per candidate\n",
-         (long long)bt, iters, warmup);
+  printf("\ntuning: %s, BT=%lld, %d timed iterations after %d warm-up per candidate\n",
+         mode == MODE_FORWARD ? "fwd+grad" : "forward without gradient", (long long)bt, iters,
+         warmup);
   for (size_t d = 0; d < 2; d++) {
     for (size_t vi = 0; vi < sizeof tune_vocab_values / sizeof tune_vocab_values[0]; vi++) {
       point p = {bt, tune_vocab_values[vi], "V"};
+      if (cfg->vocab) {
+        if (vi > 0) break;
+        p.vocab = cfg->vocab;
+      }
       xent_dtype dt = dts[d];
       size_t free_b = 0;
       progress(++shape_i, n_shapes, &p, dt, t0);
@@ -966,7 +976,7 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
       stats s;
       xent_status st;
       xent_tune_override(0, 0, 0, 0);
-      if (gpu_time_mode(g, MODE_FORWARD, 0, iters, warmup, &s, &st) || tune_snapshot(g, &ref)) {
+      if (gpu_time_mode(g, mode, 0, iters, warmup, &s, &st) || tune_snapshot(g, &ref)) {
         gpu_release(g);
         rc = -1;
         break;
@@ -983,7 +993,9 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
             int pa = tune_candidates[ci][0], cl = tune_candidates[ci][1];
             int th = tune_candidates[ci][2], sz = tune_candidates[ci][3];
             char name[64];
+            if (mode == MODE_FORWARD_NOGRAD && (pa == 3 || pa == 4)) continue;
             if (pa == 1) snprintf(name, sizeof name, "two-read cluster=%d threads=%d", cl, th);
+            else if (pa == 5) snprintf(name, sizeof name, "stream threads=%d slots=%d", th, sz);
             else if (pa == 2)
               snprintf(name, sizeof name, "one-read cluster=%d threads=%d vecs=%d", cl, th, sz);
             else if (cl == 0)
@@ -993,7 +1005,7 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
               snprintf(name, sizeof name, "%s cluster=%d threads=%d slots=%d",
                        pa == 4 ? "ring-lsu" : "ring", cl, th, sz);
             xent_tune_override(pa, cl, th, sz);
-            if (gpu_time_mode(g, MODE_FORWARD, 0, iters, warmup, &s, &st)) {
+            if (gpu_time_mode(g, mode, 0, iters, warmup, &s, &st)) {
               if (st == XENT_ERROR_UNSUPPORTED) {
                 printf("  %-34s %12s\n", name, "unsupported");
                 continue;
@@ -1068,6 +1080,8 @@ static void usage(void) {
       "  --csv FILE                write the results as CSV\n"
       "  --quick                   tiny shapes, few iterations (a smoke test)\n"
       "  --tune                    GPU: time every launch configuration of fwd+grad\n"
+      "                            (--mode forward_nograd: of the forward alone;\n"
+      "                            --vocab N: that V only)\n"
       "  --seed N                  random inputs' seed (default 1234)\n"
       "  --help\n");
 }

@@ -24,6 +24,7 @@
 #include "cuda/kernels_aux.cuh"
 #include "cuda/kernels_forward.cuh"
 #include "cuda/kernels_ring.cuh"
+#include "cuda/kernels_stream.cuh"
 #include "cuda/launch_table.h"
 #include "cuda/tune.h"
 #include "internal.h"
@@ -66,6 +67,7 @@ struct dev_props {
   int sm_major;
   int sms;
   int ring_slots; /* 16 KB ring chunks that fit one block's shared memory */
+  int smem_optin; /* the most shared memory one block may have            */
 };
 dev_props g_props[64];
 
@@ -74,7 +76,7 @@ xent_status get_props(int dev, dev_props *out) {
     *out = g_props[dev];
     return XENT_OK;
   }
-  dev_props p = {0, 0, 0, 0};
+  dev_props p = {0, 0, 0, 0, 0};
   int smem_optin = 0;
   CK(cudaDeviceGetAttribute(&p.sm_major, cudaDevAttrComputeCapabilityMajor, dev));
   CK(cudaDeviceGetAttribute(&p.sms, cudaDevAttrMultiProcessorCount, dev));
@@ -83,6 +85,7 @@ xent_status get_props(int dev, dev_props *out) {
   p.ring_slots = (smem_optin - 2048) / (XENT_RING_CHUNK_VECS * 16);
   if (p.ring_slots > XENT_RING_MAX_SLOTS) p.ring_slots = XENT_RING_MAX_SLOTS;
   if (p.ring_slots < 0) p.ring_slots = 0;
+  p.smem_optin = smem_optin;
   p.ready = 1;
   if (dev >= 0 && dev < 64) g_props[dev] = p;
   *out = p;
@@ -140,6 +143,7 @@ template <typename T>
 fwd_kernel pick_kernel(const xent_launch &l, bool general) {
   switch (l.path) {
     case XENT_PATH_RING: return general ? fwd_ring<T, true> : fwd_ring<T, false>;
+    case XENT_PATH_STREAM: return general ? fwd_stream<T, true> : fwd_stream<T, false>;
     case XENT_PATH_ONEREAD:
       return general ? pick_oneread<T, true>(l.vecs) : pick_oneread<T, false>(l.vecs);
   }
@@ -162,11 +166,14 @@ bool rows_aligned(const xent_input *in) {
 
 xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *l) {
   const int es = (int)xent_dtype_size(c->in.dtype);
-  if (g_override_on && c->write_grad) {
+  if (g_override_on && (c->write_grad || g_override.path != XENT_PATH_RING)) {
     const int aligned = rows_aligned(&c->in);
     xent_launch o = g_override;
     bool ok = o.threads >= 32 && o.threads % 32 == 0 && o.threads <= 1024;
-    if (o.path == XENT_PATH_RING) {
+    if (o.path == XENT_PATH_STREAM) {
+      o.cluster = 1;
+      ok = ok && xent_stream_fits(&o, dp->sm_major, es, c->in.vocab, aligned, dp->smem_optin);
+    } else if (o.path == XENT_PATH_RING) {
       if (o.cluster == 0) /* the ring's own choice for this many slots */
         o.cluster = xent_ring_cluster(dp->sm_major, o.slots, es, c->in.vocab, aligned);
       o.chunk_vecs = XENT_RING_CHUNK_VECS;
@@ -248,6 +255,41 @@ xent_status ring_clusters(fwd_kernel k, const xent_launch &l, int smem, int smem
   return XENT_OK;
 }
 
+/* The stream kernel's grid: as many blocks as can be resident at once
+ * (cached per kernel and launch shape). */
+struct stream_grid_entry {
+  fwd_kernel k;
+  int dev, threads, smem, blocks;
+};
+stream_grid_entry g_stream_grid[32];
+int g_stream_grid_n = 0;
+
+xent_status stream_blocks(fwd_kernel k, const dev_props *dp, int threads, int smem, int *blocks) {
+  int dev = 0;
+  CK(cudaGetDevice(&dev));
+  for (int i = 0; i < g_stream_grid_n; i++) {
+    const stream_grid_entry &e = g_stream_grid[i];
+    if (e.k == k && e.dev == dev && e.threads == threads && e.smem == smem) {
+      *blocks = e.blocks;
+      return XENT_OK;
+    }
+  }
+  CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          dp->smem_optin - XENT_STREAM_STATIC_SMEM));
+  int per_sm = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, threads, (size_t)smem));
+  if (per_sm < 1)
+    return xent_fail(XENT_ERROR_UNSUPPORTED,
+                     "no block of %d threads with %d bytes of shared memory fits this GPU",
+                     threads, smem);
+  if (g_stream_grid_n < 32) {
+    stream_grid_entry e = {k, dev, threads, smem, per_sm * dp->sms};
+    g_stream_grid[g_stream_grid_n++] = e;
+  }
+  *blocks = per_sm * dp->sms;
+  return XENT_OK;
+}
+
 xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype dt, bool general,
                            fwd_params p, cudaStream_t stream) {
   fwd_kernel k = pick_kernel_dtype(dt, l, general);
@@ -267,6 +309,14 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     p.ring_slots = l.slots;
     p.ring_chunk_vecs = l.chunk_vecs;
     p.ring_lsu = l.lsu;
+  } else if (l.path == XENT_PATH_STREAM) {
+    const int smem = l.slots * l.threads * 16;
+    int resident = 0;
+    xent_status st = stream_blocks(k, dp, l.threads, smem, &resident);
+    if (st) return st;
+    blocks = p.rows < resident ? p.rows : resident;
+    cfg.dynamicSmemBytes = (size_t)smem;
+    p.ring_slots = l.slots;
   } else if (p.rows > 0x7fffffffLL / l.cluster) {
     return xent_fail(XENT_ERROR_UNSUPPORTED, "rows = %lld is more than one launch can hold",
                      (long long)p.rows);
@@ -278,8 +328,12 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
   CK(cudaLaunchKernelEx(&cfg, k, p));
   const char *name = l.path == XENT_PATH_RING      ? (l.lsu ? "ring-lsu" : "ring")
                      : l.path == XENT_PATH_ONEREAD ? "one-read"
+                     : l.path == XENT_PATH_STREAM  ? "stream"
                                                    : "two-read";
-  if (l.path == XENT_PATH_RING)
+  if (l.path == XENT_PATH_STREAM)
+    snprintf(g_last_launch, sizeof g_last_launch, "%s threads=%d slots=%d grid=%lld%s", name,
+             l.threads, l.slots, (long long)blocks, general ? " general" : "");
+  else if (l.path == XENT_PATH_RING)
     snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d slots=%d grid=%lld%s",
              name, l.cluster, l.threads, l.slots, (long long)blocks, general ? " general" : "");
   else
@@ -541,7 +595,7 @@ xent_status xent_cuda_forward(const xent_call *c) {
   device_scope scope;
   xent_status st = enter_device(c->ex.device, &scope);
   if (st) return st;
-  dev_props props = {0, 0, 0, 0};
+  dev_props props = {0, 0, 0, 0, 0};
   st = get_props(c->ex.device, &props);
   if (!st) st = forward_impl(c, &props);
   leave_device(&scope);
@@ -561,7 +615,7 @@ xent_status xent_cuda_backward(const xent_scale_call *c) {
   s.per_row = c->grad_output && c->grad_output_count == c->rows && c->rows != 1;
   s.host_scale = c->host_scale;
   cudaStream_t stream = (cudaStream_t)c->ex.stream;
-  dev_props props = {0, 0, 0, 0};
+  dev_props props = {0, 0, 0, 0, 0};
   st = get_props(c->ex.device, &props);
   if (!st) {
     switch (c->dtype) {
@@ -577,13 +631,14 @@ xent_status xent_cuda_backward(const xent_scale_call *c) {
 void xent_tune_override(int path, int cluster, int threads, int size) {
   xent_launch o = {path, cluster, threads, 0, 0, 0, 0};
   if (path == XENT_PATH_ONEREAD) o.vecs = size;
-  if (path == XENT_PATH_RING || path == XENT_PATH_RING + 1) o.slots = size;
+  if (path == XENT_PATH_RING || path == XENT_PATH_RING + 1 || path == XENT_PATH_STREAM)
+    o.slots = size;
   if (path == XENT_PATH_RING + 1) { /* 4: the ring with per-thread copies */
     o.path = XENT_PATH_RING;
     o.lsu = 1;
   }
   g_override = o;
-  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_RING + 1;
+  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_STREAM;
 }
 
 const char *xent_tune_last_launch(void) { return g_last_launch; }

@@ -12,6 +12,12 @@
  *             fed by bulk copies, so the next row streams in while the current
  *             one is reduced and written. Needs 16-byte aligned rows (base,
  *             stride and V * element size) and a slice that fits its ring.
+ *   stream    (fwd_stream, sm_80+): a persistent grid of blocks of `threads`
+ *             threads; each thread streams its vectors of its block's rows
+ *             through its own ring of `slots` 16-byte shared-memory slots
+ *             (per-thread asynchronous copies), keeps the last `slots` of
+ *             each row there for the gradient and re-reads the rest from
+ *             L2. Needs 16-byte aligned rows (base, stride, V * size).
  *   one-read  (fwd_oneread): the row lives in registers across a cluster of
  *             `cluster` blocks of `threads` threads, each thread holding `vecs`
  *             16-byte vectors. Capacity per row: cluster * threads * vecs * 16
@@ -26,14 +32,15 @@
 #ifndef XENT_CUDA_LAUNCH_TABLE_H
 #define XENT_CUDA_LAUNCH_TABLE_H
 
-enum { XENT_PATH_TWOREAD = 1, XENT_PATH_ONEREAD = 2, XENT_PATH_RING = 3 };
+enum { XENT_PATH_TWOREAD = 1, XENT_PATH_ONEREAD = 2, XENT_PATH_RING = 3, XENT_PATH_STREAM = 5 };
 
 typedef struct xent_launch {
   int path;        /* XENT_PATH_*                                         */
   int cluster;     /* blocks per row                                      */
   int threads;     /* threads per block                                   */
   int vecs;        /* one-read: 16-byte vectors per thread                */
-  int slots;       /* ring: shared-memory chunks per block                */
+  int slots;       /* ring: shared-memory chunks per block; stream: 16-byte
+                      slots per thread                                    */
   int chunk_vecs;  /* ring: 16-byte vectors per chunk                     */
   int lsu;         /* ring: per-thread 16-byte copies, not bulk copies    */
 } xent_launch;
@@ -42,7 +49,9 @@ enum {
   XENT_MAX_CLUSTER = 8,
   XENT_MAX_ONEREAD_THREADS = 512,
   XENT_RING_CHUNK_VECS = 1024, /* 16 KB per bulk copy */
-  XENT_RING_MAX_SLOTS = 16
+  XENT_RING_MAX_SLOTS = 16,
+  XENT_STREAM_MAX_SLOTS = 16,
+  XENT_STREAM_STATIC_SMEM = 1024 /* fwd_stream's reduction scratch, rounded up */
 };
 
 /* Does a one-read configuration hold every row of V elements of `es` bytes,
@@ -72,6 +81,15 @@ static inline int xent_ring_fits(const xent_launch *l, int sm_major, int es, lon
          xent_ring_chunks(vocab, es, l->cluster, l->chunk_vecs) <= l->slots;
 }
 
+/* Can the stream path run these rows? `smem_optin`: the most shared memory
+ * one block may have on this GPU. */
+static inline int xent_stream_fits(const xent_launch *l, int sm_major, int es, long long vocab,
+                                   int aligned, int smem_optin) {
+  return sm_major >= 8 && aligned && (vocab * es) % 16 == 0 && l->threads >= 32 &&
+         l->threads <= 1024 && l->slots >= 1 && l->slots <= XENT_STREAM_MAX_SLOTS &&
+         (long long)l->slots * l->threads * 16 + XENT_STREAM_STATIC_SMEM <= smem_optin;
+}
+
 /* The ring's cluster size for a ring of `slots` chunks: the fewest blocks
  * per row that leave room to prefetch at least 3/8 of the ring of the next
  * row (5 of 14 chunks); failing that, the fewest that fit at all; 0 when
@@ -93,33 +111,32 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
 static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab,
                                            int write_grad) {
   xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0};
-  long long vn = 16 / es, nvec = vocab / vn;
   long long row_bytes = vocab * es;
 
   if (!write_grad) {
-    /* Forward only: pass 1 of the two-read kernel reads the row once.
-     * 256 threads for short rows keeps more rows in flight per SM. */
-    l.threads = nvec <= 4096 ? 256 : 512;
+    /* Forward only: pass 1 of the two-read kernel reads the row once. 256
+     * threads measured best or even at every V of the tuning set on an H200
+     * (bench/NOTES.md v5: 1.03 to 1.29x over 512 threads, even at fp32
+     * 262144): smaller blocks keep more rows in flight per SM. */
+    l.threads = 256;
     return l;
   }
 
-  /* Forward with gradient. Measured on an H200 (bench/NOTES.md, v2 to v4):
-   * - short rows (at most 4096 vectors: V <= 32768 bf16, 16384 fp32): one
-   *   read, the row in the registers of one 256-thread block (16 vectors a
-   *   thread).
+  /* Forward with gradient. Measured on an H200 (bench/NOTES.md, v2 to v5):
+   * - rows up to 112 KB (V <= 57344 bf16, 28672 fp32): two reads with 256
+   *   threads, 1.05 to 1.08x faster than the one-read kernel with the row in
+   *   registers (V = 32000 bf16) and than 512 threads (50304 bf16); fp32 at
+   *   V = 32000 (128 KB) is 10 % slower with 256 threads than with 512.
    * - longer rows: two reads, a row per block, pass 2 re-reading from L2;
    *   1024 threads for rows over 256 KB, 512 up to 256 KB. Splitting rows
    *   over clusters was slower at every size: each block's life is mostly
    *   fixed latency (target, loads, reductions), so K blocks per row cost
    *   about K times.
-   * - the ring (v4) is never picked: 1.6 to 2x slower than the above at
-   *   every size measured; xent_tune_override selects it. */
+   * - the one-read kernel, the ring (v4) and the stream kernel (v5) are
+   *   never picked: each was slower than the above at every size measured;
+   *   xent_tune_override selects them. */
   (void)sm_major;
-  if (nvec <= 256 * 16) {
-    xent_launch o = {XENT_PATH_ONEREAD, 1, 256, 16, 0, 0, 0};
-    if (xent_launch_fits(&o, es, vocab)) return o;
-  }
-  l.threads = row_bytes > 256 * 1024 ? 1024 : 512;
+  l.threads = row_bytes <= 112 * 1024 ? 256 : row_bytes > 256 * 1024 ? 1024 : 512;
   return l;
 }
 

@@ -10,6 +10,7 @@
 #define XENT_CUDA_SM90_CUH
 
 #include "cuda/device_common.cuh"
+#include "cuda/sm80.cuh"
 
 namespace xent {
 
@@ -98,9 +99,6 @@ __device__ __forceinline__ part cluster_combine(part r, int K, part *exchange, p
 /* ------------------------------------------------------------------------ */
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
 /* A barrier that completes when `count` threads have arrived and the
  * announced bytes have landed. */
 __device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
@@ -143,13 +141,9 @@ __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t b
       "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
       : "memory");
 }
-/* The per-thread alternative (sm_80+ instructions): a 16-byte asynchronous
- * copy through L2 only, and an arrival on `bar` once all of this thread's
- * earlier copies have landed (the barrier counts one per thread). */
-__device__ __forceinline__ void copy16_async(void *dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src)
-               : "memory");
-}
+/* The per-thread alternative to bulk copies (copy16_async, sm80.cuh): an
+ * arrival on `bar` once all of this thread's earlier copies have landed (the
+ * barrier counts one per thread). */
 __device__ __forceinline__ void copies_arrive(uint64_t *bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar))
                : "memory");

@@ -21,6 +21,10 @@ extern "C" {
  *         blocks (0: the launch table's choice) of `threads` threads, each
  *         with a ring of `size` 16 KB chunks fed by bulk copies.
  * path 4: the ring kernel fed by per-thread 16-byte asynchronous copies.
+ * path 5: the stream kernel (sm_80+, aligned rows): a persistent grid of
+ *         blocks of `threads` threads, each thread with a ring of `size`
+ *         16-byte slots; cluster unused.
+ * Paths 1, 2 and 5 also apply to forward calls without a gradient.
  * path 0: back to the launch table. A configuration that cannot run the
  * call fails it with XENT_ERROR_UNSUPPORTED. */
 XENT_API void xent_tune_override(int path, int cluster, int threads, int size);

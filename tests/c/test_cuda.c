@@ -9,7 +9,8 @@
  * afterwards. Without a GPU every test skips and the program exits with 77.
  *
  * XENT_TEST_QUICK=1 runs a small subset (small shapes, every feature once,
- * the one-read and the two-read paths) for compute-sanitizer runs.
+ * the launch table's paths and the one-read kernel) for compute-sanitizer
+ * runs.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -203,13 +204,26 @@ static long compare_with_cpu(xt_problem *pb, const xt_outbuf *ob, const void *al
   return errors;
 }
 
-enum { RUN_COMPARE_CPU = 1, RUN_TWO_READ = 2, RUN_WORKSPACE = 4, RUN_RING = 8, RUN_RING_LSU = 16 };
+enum {
+  RUN_COMPARE_CPU = 1,
+  RUN_TWO_READ = 2,
+  RUN_WORKSPACE = 4,
+  RUN_RING = 8,
+  RUN_RING_LSU = 16,
+  RUN_STREAM = 32,
+  RUN_ONE_READ = 64
+};
+
+/* The stream kernel's launch for RUN_STREAM: threads, slots per thread. */
+static int g_stream_threads = 256, g_stream_slots = 4;
 
 /* The launch a run forces (xent_tune_override): the ring kernel with 8 slots
  * of 16 KB (fits every sm_90+ GPU) fed by bulk or per-thread copies, the
- * two-read kernel, or the launch table. */
+ * stream kernel, the two-read kernel, or the launch table. */
 static void force_path(int flags) {
-  if (flags & RUN_RING) xent_tune_override(3, 0, 512, 8);
+  if (flags & RUN_STREAM) xent_tune_override(5, 1, g_stream_threads, g_stream_slots);
+  else if (flags & RUN_ONE_READ) xent_tune_override(2, 1, 256, 16);
+  else if (flags & RUN_RING) xent_tune_override(3, 0, 512, 8);
   else if (flags & RUN_RING_LSU) xent_tune_override(4, 0, 512, 8);
   else force_two_read((flags & RUN_TWO_READ) != 0);
 }
@@ -238,7 +252,11 @@ static long cuda_run_problem(xt_problem *pb, const char *tag, int flags) {
   long errors = 0;
   char full[1100];
   snprintf(full, sizeof full, "%s%s%s launch=[%s]", desc,
-           (flags & RUN_TWO_READ) ? " two-read" : (flags & (RUN_RING | RUN_RING_LSU)) ? " ring" : "",
+           (flags & RUN_TWO_READ)                 ? " two-read"
+           : (flags & (RUN_RING | RUN_RING_LSU)) ? " ring"
+           : (flags & RUN_STREAM)                ? " stream"
+           : (flags & RUN_ONE_READ)              ? " one-read"
+                                                 : "",
            (flags & RUN_WORKSPACE) ? " workspace" : "", xent_tune_last_launch());
   if (st != XENT_OK) {
     fprintf(stderr, "  [%s] status %d (%s): %s\n", full, (int)st, xent_status_string(st),
@@ -351,7 +369,12 @@ static void test_cuda_vocab_sizes(void **state) {
         /* Large vocabularies compare with the CPU only once per size. */
         int flags = (V <= 50257 || (d == 1 && !all)) ? RUN_COMPARE_CPU : 0;
         errors += cuda_run_case(&c, &rng, "cuda vocab", flags);
-        if (V >= 4095 && (k % 3 == 0 || g_quick)) /* the same on the two-read path */
+        /* The same on another path: the one-read kernel (the row in the
+         * registers of 256 threads) where the row fits it, else the
+         * two-read kernel with 256 threads (the table takes 512 or 1024). */
+        if (V * (int64_t)xt_dtype_size(DTYPES[d]) <= 256 * 16 * 16)
+          errors += cuda_run_case(&c, &rng, "cuda vocab", RUN_ONE_READ);
+        else if (k % 3 == 0 || g_quick)
           errors += cuda_run_case(&c, &rng, "cuda vocab", RUN_TWO_READ);
       }
   assert_int_equal(errors, 0);
@@ -394,6 +417,54 @@ static void test_cuda_ring_stream(void **state) {
       errors += cuda_run_case(&c, &rng, "cuda ring stream", flags);
       if (strncmp(xent_tune_last_launch(), "ring", 4) != 0) {
         print_message("V=%lld: expected the ring kernel, ran %s\n", (long long)V,
+                      xent_tune_last_launch());
+        errors++;
+      }
+    }
+  }
+  assert_int_equal(errors, 0);
+}
+
+/* The stream kernel (sm_80+, aligned rows): each thread's share of a row
+ * fitting its ring (one read), just not fitting, and many times its ring
+ * (the rest re-read), with and without a gradient; enough rows that every
+ * block of the persistent grid takes several and its copies run ahead into
+ * the next rows, with ignored rows (no copies) in between. */
+static void test_cuda_stream(void **state) {
+  (void)state;
+  require_gpu();
+  xent_device_info info;
+  if (xent_get_device_info(0, &info) != XENT_OK || info.sm_major < 8) {
+    print_message("the stream kernel needs sm_80 or newer\n");
+    skip();
+  }
+  xt_rng rng = xt_rng_for("test_cuda_stream");
+  long errors = 0;
+  /* V, dtype, threads, slots: vectors per thread from under one to 64. */
+  const struct {
+    int64_t V;
+    int d, threads, slots;
+  } shapes[] = {{8, 0, 256, 4},        {4096, 1, 256, 4},     {32000, 1, 256, 16},
+                {32000, 1, 1024, 4},   {50304, 0, 512, 8},    {128256, 1, 1024, 8}, 
+                {128256, 0, 512, 14},  {131072, 2, 512, 16},  {262144, 1, 256, 3}};
+  for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
+    for (int grad = 0; grad < 2; grad++) {
+      if (g_quick && (i + grad) % 2) continue;
+      int64_t V = shapes[i].V;
+      int64_t rows = V >= 200000 ? 300 : V >= 100000 ? 500 : 1200;
+      if (g_quick) rows /= 4;
+      xt_case c = xt_case_default(DTYPES[shapes[i].d], rows, V);
+      c.reduction = REDS[(i + grad) % 3];
+      c.ignore_frac = 0.1;
+      c.ties = 1;
+      c.grad = grad;
+      if ((i + grad) % 2) xt_everything(&c);
+      g_stream_threads = shapes[i].threads;
+      g_stream_slots = shapes[i].slots;
+      int flags = RUN_STREAM | (i < 3 ? RUN_COMPARE_CPU : 0);
+      errors += cuda_run_case(&c, &rng, "cuda stream", flags);
+      if (strncmp(xent_tune_last_launch(), "stream", 6) != 0) {
+        print_message("V=%lld: expected the stream kernel, ran %s\n", (long long)V,
                       xent_tune_last_launch());
         errors++;
       }
@@ -1465,6 +1536,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_features),
       cmocka_unit_test(test_cuda_vocab_sizes),
       cmocka_unit_test(test_cuda_ring_stream),
+      cmocka_unit_test(test_cuda_stream),
       cmocka_unit_test(test_cuda_layouts),
       cmocka_unit_test(test_cuda_ignored_rows),
       cmocka_unit_test(test_cuda_special_values),
