@@ -34,6 +34,10 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "${TMPDIR:-/tmp}/xent-site" .whl/*.whl >"$OUT/wheels.log" 2>&1 &&
     export PYTHONPATH="${TMPDIR:-/tmp}/xent-site"
+  # Packages carried already unpacked (a wheel too large to carry whole).
+  for t in .whl/*.tar.xz; do
+    [ -f "$t" ] && tar -xJf "$t" -C "${TMPDIR:-/tmp}/xent-site" >>"$OUT/wheels.log" 2>&1
+  done
 fi
 
 if has build || [ ! -f build/CMakeCache.txt ]; then
@@ -109,7 +113,7 @@ fi
 if has compare; then
   stamp "compare"
   PYTHONUNBUFFERED=1 python3 bench/compare.py --sweep all --mode ${XENT_COMPARE_MODES:-full,forward} \
-    --out "$OUT/compare.csv" --no-append --budget-s ${XENT_COMPARE_BUDGET:-330} \
+    --out "$OUT/compare.csv" --no-append --budget-s ${XENT_COMPARE_BUDGET:-330} ${XENT_COMPARE_ARGS:-} \
     >"$OUT/compare.log" 2>&1
   note compare "rc=$?"
   tail -30 "$OUT/compare.log"

@@ -8,6 +8,7 @@
  * elements around the logits) before every call and copied back whole
  * afterwards. Without a GPU every test skips and the program exits with 77.
  *
+ * XENT_TEST_ONLY=pattern runs only the matching tests.
  * XENT_TEST_QUICK=1 runs a small subset (small shapes, every feature once,
  * the launch table's paths and the one-read kernel) for compute-sanitizer
  * runs.
@@ -1549,6 +1550,10 @@ int main(void) {
       cmocka_unit_test(test_cuda_peak_memory),
       cmocka_unit_test(test_cuda_large_extent),
   };
+  /* XENT_TEST_ONLY=pattern: run the tests whose names match (cmocka's
+   * wildcards), e.g. test_cuda_stream. */
+  const char *only = getenv("XENT_TEST_ONLY");
+  if (only && *only) cmocka_set_test_filter(only);
   int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
   printf("[ CASES    ] %ld CUDA calls checked against the reference\n", g_cases);
   xt_report_margins();
