@@ -347,15 +347,60 @@ def _scale_saved_gradient(grad: Tensor, grad_output: Tensor, applied: Tensor) ->
 # ---------------------------------------------------------------------------
 
 
+def _rescale_eager(grad: Tensor, grad_output: Tensor, applied: Optional[Tensor]) -> Tensor:
+    """_backward_impl for eager mode, with the backward state kept on the host side.
+
+    `applied` is the upstream gradient `grad` holds (None: 1, after the forward), so the
+    first backward launches no division and no copy: only xent's scale kernel, which
+    skips the pass on the device when the factor is 1. Returns the new state.
+    """
+    n, v = grad.shape
+    count = applied.numel() if applied is not None else None
+    go = grad_output.reshape(-1)
+    if go.dtype != torch.float32 or go.device != grad.device:
+        go = go.to(device=grad.device, dtype=torch.float32)
+    elif go.data_ptr() == grad_output.data_ptr():
+        go = go.clone()  # kept as the state: not the caller's tensor, which may change
+    if count is not None and go.numel() != count:
+        raise ValueError(f"grad_output has {go.numel()} values; expected {count}")
+    if n == 0:
+        return go
+    factor = go if applied is None else go / applied
+    ex = _exec_for(grad)
+    if grad.device.type == "cuda":
+        with torch.cuda.device(grad.device):
+            _lib.backward(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
+                          factor.data_ptr(), factor.numel(), ex)
+    else:
+        _lib.backward(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
+                      factor.data_ptr(), factor.numel(), ex)
+    return go
+
+
 class _CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, targets, weight, reduction, ignore_index, label_smoothing,
                 lse_square_scale, softcap, check_targets, want_z, want_acc, want_pred):
-        loss, z, acc, pred, applied = torch.ops.xent.forward_grad(
-            logits, targets, weight, reduction, ignore_index, label_smoothing,
-            lse_square_scale, softcap, check_targets, want_z, want_acc, want_pred)
-        # `logits` now holds the gradient. Saved detached, as a plain buffer.
-        ctx.save_for_backward(logits.detach(), applied)
+        ctx.eager = not torch.compiler.is_compiling()
+        if ctx.eager:
+            # The implementation itself: the operator's dispatch costs more host time
+            # than the kernels take at small shapes. The version bump is the one the
+            # operator makes for its in-place write (before saving, so that the saved
+            # buffer is current).
+            loss, z, acc, pred = _run_forward(
+                logits, targets, weight, reduction, ignore_index, label_smoothing,
+                lse_square_scale, softcap, check_targets, want_z, want_acc, want_pred,
+                grad=True)
+            torch.autograd.graph.increment_version(logits)
+            ctx.save_for_backward(logits.detach())
+            ctx.applied = None
+            ctx.rows = logits.shape[0] if reduction == _lib.XENT_REDUCTION_NONE else 1
+        else:
+            loss, z, acc, pred, applied = torch.ops.xent.forward_grad(
+                logits, targets, weight, reduction, ignore_index, label_smoothing,
+                lse_square_scale, softcap, check_targets, want_z, want_acc, want_pred)
+            # `logits` now holds the gradient. Saved detached, as a plain buffer.
+            ctx.save_for_backward(logits.detach(), applied)
         # A fresh tensor (copy=True): returning the operator's output directly
         # from the Function loses the upstream gradient under torch.compile.
         loss = loss.to(dtype=logits.dtype, copy=True)
@@ -365,8 +410,15 @@ class _CrossEntropyFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss, grad_z, grad_acc, grad_pred):
-        grad, applied = ctx.saved_tensors
-        _scale_saved_gradient(grad, grad_loss, applied)
+        if ctx.eager:
+            (grad,) = ctx.saved_tensors
+            if grad_loss.numel() != ctx.rows:
+                raise ValueError(f"grad_output has {grad_loss.numel()} values; "
+                                 f"expected {ctx.rows}")
+            ctx.applied = _rescale_eager(grad, grad_loss, ctx.applied)
+        else:
+            grad, applied = ctx.saved_tensors
+            _scale_saved_gradient(grad, grad_loss, applied)
         return (grad,) + (None,) * 11
 
 
@@ -443,7 +495,10 @@ def cross_entropy(
     if input.requires_grad and torch.is_grad_enabled():
         loss, z, acc, pred = _CrossEntropyFunction.apply(x, *args)
     else:
-        loss, z, acc, pred = torch.ops.xent.forward(x, *args)
+        if torch.compiler.is_compiling():
+            loss, z, acc, pred = torch.ops.xent.forward(x, *args)
+        else:  # the implementation itself: less host time than the operator's dispatch
+            loss, z, acc, pred = _run_forward(x, *args, grad=False)
         loss = loss.to(input.dtype)
         z = z.to(input.dtype)
 

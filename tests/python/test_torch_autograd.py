@@ -204,6 +204,23 @@ def test_backward_twice_with_retain_graph(rng, device, dtype_name, reduction):
         assert_close(got, gl.T @ hid64, loose, "weight gradient")
 
 
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_twice_after_the_caller_changes_its_upstream_gradient(rng, device, reduction):
+    """The backward keeps its own copy of the upstream gradient it applied: changing the
+    caller's tensor in place between two backward calls must not change the result."""
+    x, x64, yt, y = _case(rng, device, "float32")
+    logits = x * 1.0  # not a leaf: each backward's gradient lands in x.grad
+    loss = xt.cross_entropy(logits, yt, reduction=reduction)
+    g = torch.full(loss.shape, 2.0, device=device)
+    loss.backward(g, retain_graph=True)
+    x.grad = None
+    g.mul_(3.0)  # now 6
+    loss.backward(g)
+    ref = cross_entropy_ref(x64, y, reduction=reduction)["grad"]
+    assert_close(f64(x.grad), 6.0 * ref, tol("float32", "grad_scaled"), "second backward")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_leaf_logits_backward_twice_accumulates(rng, device):
     x, x64, yt, y = _case(rng, device, "float32")
