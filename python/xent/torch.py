@@ -288,6 +288,19 @@ def _forward_grad_fake(logits, targets, weight, reduction, ignore_index, label_s
         logits.new_empty((count,), dtype=torch.float32),)
 
 
+def _scale_rows(grad: Tensor, factor: Tensor) -> None:
+    """xent_backward: grad (N, V) *= factor (fp32, 1 or N values, on grad's device)."""
+    n, v = grad.shape
+    ex = _exec_for(grad)
+    if grad.device.type == "cuda":
+        with torch.cuda.device(grad.device):
+            _lib.backward(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
+                          factor.data_ptr(), factor.numel(), ex)
+    else:
+        _lib.backward(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
+                      factor.data_ptr(), factor.numel(), ex)
+
+
 def _backward_impl(grad: Tensor, grad_output: Tensor, applied: Tensor) -> None:
     """Rescale the saved gradient in place from `applied` to `grad_output`.
 
@@ -307,14 +320,7 @@ def _backward_impl(grad: Tensor, grad_output: Tensor, applied: Tensor) -> None:
     if go.numel() != applied.numel():
         raise ValueError(f"grad_output has {go.numel()} values; expected {applied.numel()}")
     factor = go / applied  # exact (== go) for the first backward
-    ex = _exec_for(grad)
-    if grad.device.type == "cuda":
-        with torch.cuda.device(grad.device):
-            _lib.backward(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
-                          factor.data_ptr(), factor.numel(), ex)
-    else:
-        _lib.backward(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
-                      factor.data_ptr(), factor.numel(), ex)
+    _scale_rows(grad, factor)
     # Through .data: a write that does not bump `applied`'s version counter
     # (it is saved for the backward, like the gradient).
     applied.data.copy_(go)
@@ -354,7 +360,7 @@ def _rescale_eager(grad: Tensor, grad_output: Tensor, applied: Optional[Tensor])
     first backward launches no division and no copy: only xent's scale kernel, which
     skips the pass on the device when the factor is 1. Returns the new state.
     """
-    n, v = grad.shape
+    n = grad.shape[0]
     count = applied.numel() if applied is not None else None
     go = grad_output.reshape(-1)
     if go.dtype != torch.float32 or go.device != grad.device:
@@ -365,15 +371,7 @@ def _rescale_eager(grad: Tensor, grad_output: Tensor, applied: Optional[Tensor])
         raise ValueError(f"grad_output has {go.numel()} values; expected {count}")
     if n == 0:
         return go
-    factor = go if applied is None else go / applied
-    ex = _exec_for(grad)
-    if grad.device.type == "cuda":
-        with torch.cuda.device(grad.device):
-            _lib.backward(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
-                          factor.data_ptr(), factor.numel(), ex)
-    else:
-        _lib.backward(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
-                      factor.data_ptr(), factor.numel(), ex)
+    _scale_rows(grad, go if applied is None else go / applied)
     return go
 
 
@@ -401,9 +399,10 @@ class _CrossEntropyFunction(torch.autograd.Function):
                 lse_square_scale, softcap, check_targets, want_z, want_acc, want_pred)
             # `logits` now holds the gradient. Saved detached, as a plain buffer.
             ctx.save_for_backward(logits.detach(), applied)
-        # A fresh tensor (copy=True): returning the operator's output directly
-        # from the Function loses the upstream gradient under torch.compile.
-        loss = loss.to(dtype=logits.dtype, copy=True)
+        # Traced, a fresh tensor (copy=True): returning the operator's output
+        # directly from the Function loses the upstream gradient under
+        # torch.compile. Eager fp32 needs no copy.
+        loss = loss.to(dtype=logits.dtype, copy=not ctx.eager)
         z = z.to(dtype=logits.dtype)
         ctx.mark_non_differentiable(z, acc, pred)
         return loss, z, acc, pred
