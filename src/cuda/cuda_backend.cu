@@ -211,82 +211,59 @@ void set_cluster(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr, int K, bool
   cfg->numAttrs = 1;
 }
 
-/* The ring kernel's grid: as many clusters as can be resident at once
- * (cached per kernel and shape of launch), at most one per row. */
-struct ring_grid_entry {
+/* A persistent kernel's grid: as many clusters of l.cluster blocks (the
+ * ring) or blocks (the stream kernel, which also runs below sm_90, where the
+ * cluster query does not exist) as can be resident at once, cached per
+ * kernel and shape of launch. The kernel's shared-memory limit is set to
+ * `smem_max`, the largest this path uses on this GPU, so that every cached
+ * configuration stays launchable. */
+struct resident_entry {
   fwd_kernel k;
-  int dev, cluster, threads, smem, clusters;
+  int dev, cluster, threads, smem, units;
 };
-ring_grid_entry g_ring_grid[32];
-int g_ring_grid_n = 0;
+resident_entry g_resident[32];
+int g_resident_n = 0;
 
-xent_status ring_clusters(fwd_kernel k, const xent_launch &l, int smem, int smem_max,
-                          int *clusters) {
+xent_status resident_units(fwd_kernel k, const xent_launch &l, const dev_props *dp, int smem,
+                           int smem_max, int *units) {
+  const bool clusters = l.path == XENT_PATH_RING;
   int dev = 0;
   CK(cudaGetDevice(&dev));
-  for (int i = 0; i < g_ring_grid_n; i++) {
-    const ring_grid_entry &e = g_ring_grid[i];
+  for (int i = 0; i < g_resident_n; i++) {
+    const resident_entry &e = g_resident[i];
     if (e.k == k && e.dev == dev && e.cluster == l.cluster && e.threads == l.threads &&
         e.smem == smem) {
-      *clusters = e.clusters;
+      *units = e.units;
       return XENT_OK;
     }
   }
-  /* The kernel's limit is set to the largest ring this GPU holds, so that
-   * every cached configuration stays launchable. */
   CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
-  cfg.gridDim = dim3((unsigned)l.cluster, 1, 1);
-  cfg.blockDim = dim3((unsigned)l.threads, 1, 1);
-  cfg.dynamicSmemBytes = (size_t)smem;
-  set_cluster(&cfg, attr, l.cluster, true);
   int n = 0;
-  CK(cudaOccupancyMaxActiveClusters(&n, k, &cfg));
-  if (n < 1)
+  if (clusters) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    cfg.gridDim = dim3((unsigned)l.cluster, 1, 1);
+    cfg.blockDim = dim3((unsigned)l.threads, 1, 1);
+    cfg.dynamicSmemBytes = (size_t)smem;
+    set_cluster(&cfg, attr, l.cluster, true);
+    CK(cudaOccupancyMaxActiveClusters(&n, k, &cfg));
+  } else {
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, l.threads, (size_t)smem));
+    n *= dp->sms;
+  }
+  if (n < 1 && clusters)
     return xent_fail(XENT_ERROR_UNSUPPORTED,
                      "no cluster of %d blocks with %d bytes of shared memory fits this GPU",
                      l.cluster, smem);
-  if (g_ring_grid_n < 32) {
-    ring_grid_entry e = {k, dev, l.cluster, l.threads, smem, n};
-    g_ring_grid[g_ring_grid_n++] = e;
-  }
-  *clusters = n;
-  return XENT_OK;
-}
-
-/* The stream kernel's grid: as many blocks as can be resident at once
- * (cached per kernel and launch shape). */
-struct stream_grid_entry {
-  fwd_kernel k;
-  int dev, threads, smem, blocks;
-};
-stream_grid_entry g_stream_grid[32];
-int g_stream_grid_n = 0;
-
-xent_status stream_blocks(fwd_kernel k, const dev_props *dp, int threads, int smem, int *blocks) {
-  int dev = 0;
-  CK(cudaGetDevice(&dev));
-  for (int i = 0; i < g_stream_grid_n; i++) {
-    const stream_grid_entry &e = g_stream_grid[i];
-    if (e.k == k && e.dev == dev && e.threads == threads && e.smem == smem) {
-      *blocks = e.blocks;
-      return XENT_OK;
-    }
-  }
-  CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                          dp->smem_optin - XENT_STREAM_STATIC_SMEM));
-  int per_sm = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, threads, (size_t)smem));
-  if (per_sm < 1)
+  if (n < 1)
     return xent_fail(XENT_ERROR_UNSUPPORTED,
                      "no block of %d threads with %d bytes of shared memory fits this GPU",
-                     threads, smem);
-  if (g_stream_grid_n < 32) {
-    stream_grid_entry e = {k, dev, threads, smem, per_sm * dp->sms};
-    g_stream_grid[g_stream_grid_n++] = e;
+                     l.threads, smem);
+  if (g_resident_n < 32) {
+    resident_entry e = {k, dev, l.cluster, l.threads, smem, n};
+    g_resident[g_resident_n++] = e;
   }
-  *blocks = per_sm * dp->sms;
+  *units = n;
   return XENT_OK;
 }
 
@@ -301,8 +278,8 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
   if (l.path == XENT_PATH_RING) {
     const int smem = l.slots * l.chunk_vecs * 16;
     int clusters = 0;
-    xent_status st =
-        ring_clusters(k, l, smem, dp->ring_slots * XENT_RING_CHUNK_VECS * 16, &clusters);
+    xent_status st = resident_units(k, l, dp, smem, dp->ring_slots * XENT_RING_CHUNK_VECS * 16,
+                                    &clusters);
     if (st) return st;
     blocks = (p.rows < clusters ? p.rows : clusters) * (int64_t)l.cluster;
     cfg.dynamicSmemBytes = (size_t)smem;
@@ -312,7 +289,8 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
   } else if (l.path == XENT_PATH_STREAM) {
     const int smem = l.slots * l.threads * 16;
     int resident = 0;
-    xent_status st = stream_blocks(k, dp, l.threads, smem, &resident);
+    xent_status st =
+        resident_units(k, l, dp, smem, dp->smem_optin - XENT_STREAM_STATIC_SMEM, &resident);
     if (st) return st;
     blocks = p.rows < resident ? p.rows : resident;
     cfg.dynamicSmemBytes = (size_t)smem;

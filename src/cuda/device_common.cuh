@@ -41,7 +41,8 @@ struct fwd_params {
   int64_t stride_bytes;    /* between row starts                                */
   int vocab;
   int cluster;             /* blocks per row (1: no cluster)                    */
-  int ring_slots;          /* fwd_ring: shared-memory slots of ring_chunk_vecs  */
+  int ring_slots;          /* fwd_ring: shared-memory slots of ring_chunk_vecs;
+                              fwd_stream: 16-byte slots per thread             */
   int ring_chunk_vecs;     /* fwd_ring: 16-byte vectors per bulk copy           */
   int ring_lsu;            /* fwd_ring: per-thread copies instead of bulk ones  */
   const void *targets;
