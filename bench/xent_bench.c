@@ -932,12 +932,15 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
   const int mode = cfg->modes_given && cfg->modes[MODE_FORWARD_NOGRAD] && !cfg->modes[MODE_FORWARD]
                        ? MODE_FORWARD_NOGRAD
                        : MODE_FORWARD;
-  const xent_dtype dts[] = {XENT_BFLOAT16, XENT_FLOAT32};
+  /* --vocab N: that V alone; --dtype: those dtypes (default bf16, fp32). */
+  const int64_t *vocabs = cfg->vocab ? &cfg->vocab : tune_vocab_values;
+  const int n_vocabs =
+      cfg->vocab ? 1 : (int)(sizeof tune_vocab_values / sizeof tune_vocab_values[0]);
   int64_t bt = cfg->bt ? cfg->bt : 8192;
-  tune_best summary[2 * (sizeof tune_vocab_values / sizeof tune_vocab_values[0])];
+  tune_best summary[MAX_DTYPES * (sizeof tune_vocab_values / sizeof tune_vocab_values[0])];
   int n_summary = 0;
   double t0 = now_s();
-  int n_shapes = (int)(2 * (sizeof tune_vocab_values / sizeof tune_vocab_values[0]));
+  int n_shapes = cfg->n_dtypes * n_vocabs;
   int shape_i = 0;
   tune_ref ref = {0}, got = {0};
   int rc = 0;
@@ -945,14 +948,10 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
   printf("\ntuning: %s, BT=%lld, %d timed iterations after %d warm-up per candidate\n",
          mode == MODE_FORWARD ? "fwd+grad" : "forward without gradient", (long long)bt, iters,
          warmup);
-  for (size_t d = 0; d < 2; d++) {
-    for (size_t vi = 0; vi < sizeof tune_vocab_values / sizeof tune_vocab_values[0]; vi++) {
-      point p = {bt, tune_vocab_values[vi], "V"};
-      if (cfg->vocab) {
-        if (vi > 0) break;
-        p.vocab = cfg->vocab;
-      }
-      xent_dtype dt = dts[d];
+  for (int d = 0; d < cfg->n_dtypes; d++) {
+    for (int vi = 0; vi < n_vocabs; vi++) {
+      point p = {bt, vocabs[vi], "V"};
+      xent_dtype dt = cfg->dtypes[d];
       size_t free_b = 0;
       progress(++shape_i, n_shapes, &p, dt, t0);
       if (!gpu_fits(&p, dt, &free_b)) {
@@ -1081,7 +1080,7 @@ static void usage(void) {
       "  --quick                   tiny shapes, few iterations (a smoke test)\n"
       "  --tune                    GPU: time every launch configuration of fwd+grad\n"
       "                            (--mode forward_nograd: of the forward alone;\n"
-      "                            --vocab N: that V only)\n"
+      "                            --vocab N: that V only; --dtype as above)\n"
       "  --seed N                  random inputs' seed (default 1234)\n"
       "  --help\n");
 }
