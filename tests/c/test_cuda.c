@@ -381,6 +381,23 @@ static void test_cuda_vocab_sizes(void **state) {
   assert_int_equal(errors, 0);
 }
 
+/* Skip the test below compute capability `major`. */
+static void require_sm(int major, const char *what) {
+  xent_device_info info;
+  if (xent_get_device_info(0, &info) != XENT_OK || info.sm_major < major) {
+    print_message("%s needs sm_%d0 or newer\n", what, major);
+    skip();
+  }
+}
+
+/* 1 (and a message) when the last forward's launch was not `kernel`. */
+static long not_launched(const char *kernel, int64_t V) {
+  if (strncmp(xent_tune_last_launch(), kernel, strlen(kernel)) == 0) return 0;
+  print_message("V=%lld: expected the %s kernel, ran %s\n", (long long)V, kernel,
+                xent_tune_last_launch());
+  return 1;
+}
+
 /* The ring kernel (sm_90+, aligned rows; not the launch table's choice on
  * an H200, see bench/NOTES.md v4, but selectable) streams many rows through
  * each cluster: enough rows here that every cluster takes several, so the
@@ -390,11 +407,7 @@ static void test_cuda_vocab_sizes(void **state) {
 static void test_cuda_ring_stream(void **state) {
   (void)state;
   require_gpu();
-  xent_device_info info;
-  if (xent_get_device_info(0, &info) != XENT_OK || info.sm_major < 9) {
-    print_message("the ring kernel needs sm_90 or newer\n");
-    skip();
-  }
+  require_sm(9, "the ring kernel");
   xt_rng rng = xt_rng_for("test_cuda_ring_stream");
   long errors = 0;
   /* V, dtype: 1 to 8 blocks per row, 1 to 8 chunks per block. */
@@ -416,11 +429,7 @@ static void test_cuda_ring_stream(void **state) {
       if ((i + lsu) % 2) xt_everything(&c);
       int flags = (lsu ? RUN_RING_LSU : RUN_RING) | (i < 2 ? RUN_COMPARE_CPU : 0);
       errors += cuda_run_case(&c, &rng, "cuda ring stream", flags);
-      if (strncmp(xent_tune_last_launch(), "ring", 4) != 0) {
-        print_message("V=%lld: expected the ring kernel, ran %s\n", (long long)V,
-                      xent_tune_last_launch());
-        errors++;
-      }
+      errors += not_launched("ring", V);
     }
   }
   assert_int_equal(errors, 0);
@@ -434,11 +443,7 @@ static void test_cuda_ring_stream(void **state) {
 static void test_cuda_stream(void **state) {
   (void)state;
   require_gpu();
-  xent_device_info info;
-  if (xent_get_device_info(0, &info) != XENT_OK || info.sm_major < 8) {
-    print_message("the stream kernel needs sm_80 or newer\n");
-    skip();
-  }
+  require_sm(8, "the stream kernel");
   xt_rng rng = xt_rng_for("test_cuda_stream");
   long errors = 0;
   /* V, dtype, threads, slots: vectors per thread from under one to 64. */
@@ -465,11 +470,7 @@ static void test_cuda_stream(void **state) {
       g_stream_slots = shapes[i].slots;
       int flags = RUN_STREAM | (i < 3 ? RUN_COMPARE_CPU : 0);
       errors += cuda_run_case(&c, &rng, "cuda stream", flags);
-      if (strncmp(xent_tune_last_launch(), "stream", 6) != 0) {
-        print_message("V=%lld: expected the stream kernel, ran %s\n", (long long)V,
-                      xent_tune_last_launch());
-        errors++;
-      }
+      errors += not_launched("stream", V);
     }
   }
   assert_int_equal(errors, 0);
