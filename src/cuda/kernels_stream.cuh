@@ -38,7 +38,6 @@
 
 namespace xent {
 
-constexpr int kStreamMaxSlots = 16;
 constexpr int kStreamUnroll = 4; /* pass 2's re-reads in flight per thread */
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
