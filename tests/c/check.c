@@ -89,6 +89,22 @@ void xt_everything(xt_case *c) {
   c->ignore_frac = 0.15;
 }
 
+xt_case xt_backward_case(xent_dtype dt, int64_t rows, int64_t vocab, xent_reduction red) {
+  xt_case c = xt_case_default(dt, rows, vocab);
+  c.reduction = red;
+  c.stride = vocab + 5;
+  c.offset = 1;
+  xt_everything(&c);
+  return c;
+}
+
+void xt_grad_outputs(float *go, int64_t rows, xt_rng *rng) {
+  for (int64_t i = 0; i < rows; i++) go[i] = (float)(6.0 * xt_uniform(rng) - 3.0);
+  go[0] = 1.0f;
+  go[1] = 0.0f;
+  go[2] = -1.0f;
+}
+
 const char *xt_feature_combo(xt_case *c, int combo) {
   switch (combo) {
     case 0: c->alpha = 0.1; return "smoothing";

@@ -59,6 +59,14 @@ void xt_case_desc(const xt_case *c, char *buf, size_t n);
  * planted ties, 15% of rows ignored. */
 void xt_everything(xt_case *c);
 
+/* The backward tests' case: every feature, padded rows (stride V + 5) and a
+ * base one element past alignment. */
+xt_case xt_backward_case(xent_dtype dt, int64_t rows, int64_t vocab, xent_reduction red);
+
+/* Per-row upstream gradients for the backward tests: uniform in [-3, 3),
+ * with 1, 0 and -1 in the first rows (rows >= 3). */
+void xt_grad_outputs(float *go, int64_t rows, xt_rng *rng);
+
 /* The feature combinations the CPU and CUDA feature tests both run: applies
  * combination `combo` (0 <= combo < XT_FEATURE_COMBOS) to c and returns its
  * name ("smoothing", "weights+smoothing", ..., "everything" with a padded

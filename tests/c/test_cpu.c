@@ -664,11 +664,7 @@ static void test_backward(void **state) {
       /* Vocabularies with and without a partial vector at the row end. */
       const int64_t vocabs[] = {1003, 7, 1024, 1};
       const int64_t V = vocabs[(d * 3 + r) % 4];
-      xt_case c = xt_case_default(DTYPES[d], 23, V);
-      c.reduction = REDS[r];
-      c.stride = V + 5;
-      c.offset = 1;
-      xt_everything(&c);
+      xt_case c = xt_backward_case(DTYPES[d], 23, V, REDS[r]);
       xt_problem pb;
       assert_int_equal(xt_problem_make(&pb, &c, &rng), 0);
       char desc[768];
@@ -728,10 +724,7 @@ static void test_backward(void **state) {
       } else {
         float *go = xt_alloc((size_t)R * sizeof(float));
         assert_non_null(go);
-        for (int64_t i = 0; i < R; i++) go[i] = (float)(6.0 * xt_uniform(&rng) - 3.0);
-        go[0] = 1.0f;
-        go[1] = 0.0f;
-        go[2] = -1.0f;
+        xt_grad_outputs(go, R, &rng);
         memcpy(pb.alloc, grad, bytes);
         xent_status st = xent_backward(pb.logits, c.dtype, R, c.vocab, c.stride, go, R, &ex);
         if (st != XENT_OK) {

@@ -751,11 +751,7 @@ static void test_cuda_backward(void **state) {
       if (g_quick && d != r) continue;
       const int64_t vocabs[] = {4095, 7, 50257, 1};
       const int64_t V = vocabs[(d * 3 + r) % 4];
-      xt_case c = xt_case_default(DTYPES[d], 33, V);
-      c.reduction = REDS[r];
-      c.stride = V + 5;
-      c.offset = 1;
-      xt_everything(&c);
+      xt_case c = xt_backward_case(DTYPES[d], 33, V, REDS[r]);
       xt_problem pb;
       assert_int_equal(xt_problem_make(&pb, &c, &rng), 0);
       char desc[900];
@@ -805,10 +801,7 @@ static void test_cuda_backward(void **state) {
       } else {
         float *go = xt_alloc((size_t)R * sizeof(float));
         assert_non_null(go);
-        for (int64_t i = 0; i < R; i++) go[i] = (float)(6.0 * xt_uniform(&rng) - 3.0);
-        go[0] = 1.0f;
-        go[1] = 0.0f;
-        go[2] = -1.0f;
+        xt_grad_outputs(go, R, &rng);
         h2d(dv.alloc, grad, bytes);
         h2d(d_go, go, (size_t)R * sizeof(float));
         xent_status st = xent_backward(dv.logits, c.dtype, R, V, c.stride, d_go, R, &ex);
