@@ -59,6 +59,10 @@ void xt_case_desc(const xt_case *c, char *buf, size_t n);
  * planted ties, 15% of rows ignored. */
 void xt_everything(xt_case *c);
 
+/* The feature tests' variation with the case number k: target type and
+ * which optional outputs are requested. */
+void xt_vary_outputs(xt_case *c, int k);
+
 /* The backward tests' case: every feature, padded rows (stride V + 5) and a
  * base one element past alignment. */
 xt_case xt_backward_case(xent_dtype dt, int64_t rows, int64_t vocab, xent_reduction red);

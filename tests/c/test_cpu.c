@@ -369,11 +369,7 @@ static void test_features(void **state) {
         int64_t V = (k % 3 == 0) ? 7 : (k % 3 == 1) ? 1000 : 3001;
         xt_case c = xt_case_default(DTYPES[d], 29, V);
         c.reduction = REDS[r];
-        c.ttype = (k % 2) ? XENT_INT32 : XENT_INT64;
-        c.want_z = (k % 3 != 1);
-        c.want_acc = (k % 4 != 2);
-        c.want_pred = (k % 2 == 0);
-        c.want_lse = (k % 5 != 3);
+        xt_vary_outputs(&c, k);
         const char *name = xt_feature_combo(&c, combo);
         if (combo == 8) c.check = XENT_TARGETS_UNCHECKED; /* valid targets: same results */
         char tag[64];

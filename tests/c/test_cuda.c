@@ -326,11 +326,7 @@ static void test_cuda_features(void **state) {
         int64_t V = (k % 3 == 0) ? 7 : (k % 3 == 1) ? 4095 : (g_quick ? 1000 : 50257);
         xt_case c = xt_case_default(DTYPES[d], g_quick ? 12 : 48, V);
         c.reduction = REDS[r];
-        c.ttype = (k % 2) ? XENT_INT32 : XENT_INT64;
-        c.want_z = (k % 3 != 1);
-        c.want_acc = (k % 4 != 2);
-        c.want_pred = (k % 2 == 0);
-        c.want_lse = (k % 5 != 3);
+        xt_vary_outputs(&c, k);
         const char *name = xt_feature_combo(&c, combo);
         char tag[64];
         snprintf(tag, sizeof tag, "cuda features %s", name);
