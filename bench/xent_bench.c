@@ -824,6 +824,14 @@ static int gpu_copy_bandwidth(gpu_ctx *g, int iters, int warmup, stats *out, dou
 
 #endif /* XENT_BENCH_CUDA */
 
+/* The line for a point that does not fit: `need` and `have` bytes on the
+ * device (gpu) or in host memory. */
+static void print_skip(const point *p, xent_dtype dt, double need, double have, int gpu) {
+  printf("BT=%lld V=%lld %s: skipped, needs %.1f GB %s and %.1f GB are %s\n", (long long)p->bt,
+         (long long)p->vocab, dtype_short(dt), need / 1e9, gpu ? "on the device" : "of host memory",
+         have / 1e9, gpu ? "free" : "available");
+}
+
 /* ------------------------------------------------------------------------ */
 /* Tuning (GPU)                                                              */
 /* ------------------------------------------------------------------------ */
@@ -956,9 +964,8 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
       progress(++shape_i, n_shapes, &p, dt, t0);
       if (!gpu_fits(&p, dt, &free_b)) {
         progress_done();
-        printf("\nBT=%lld V=%lld %s: skipped, needs %.1f GB and %.1f GB are free\n",
-               (long long)p.bt, (long long)p.vocab, dtype_short(dt),
-               (double)gpu_need_bytes(&p, dt) / 1e9, (double)free_b / 1e9);
+        printf("\n");
+        print_skip(&p, dt, (double)gpu_need_bytes(&p, dt), (double)free_b, 1);
         continue;
       }
       if (gpu_prepare(g, &p, dt, cfg->seed)) {
@@ -1398,9 +1405,7 @@ int main(int argc, char **argv) {
         size_t free_b = 0;
         if (!gpu_fits(p, dt, &free_b)) {
           progress_done();
-          printf("BT=%lld V=%lld %s: skipped, needs %.1f GB on the device and %.1f GB are free\n",
-                 (long long)p->bt, (long long)p->vocab, dtype_short(dt),
-                 (double)gpu_need_bytes(p, dt) / 1e9, (double)free_b / 1e9);
+          print_skip(p, dt, (double)gpu_need_bytes(p, dt), (double)free_b, 1);
           continue;
         }
         if (gpu_prepare(&g, p, dt, cfg.seed)) {
@@ -1443,10 +1448,7 @@ int main(int argc, char **argv) {
       size_t avail = host_available_bytes();
       if (avail && 2.0 * x_bytes + ((double)p->bt * 8.0) > 0.9 * (double)avail) {
         progress_done();
-        printf("BT=%lld V=%lld %s: skipped, needs %.1f GB of host memory and %.1f GB are "
-               "available\n",
-               (long long)p->bt, (long long)p->vocab, dtype_short(dt), 2.0 * x_bytes / 1e9,
-               (double)avail / 1e9);
+        print_skip(p, dt, 2.0 * x_bytes, (double)avail, 0);
         continue;
       }
       cpu_ctx c;
