@@ -118,7 +118,7 @@ void leave_device(const device_scope *s) {
 /* Tuning override (xent-bench --tune)                                       */
 /* ------------------------------------------------------------------------ */
 
-xent_launch g_override = {0, 0, 0, 0, 0, 0, 0};
+xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0};
 int g_override_on = 0;
 thread_local char g_last_launch[96] = "none";
 
@@ -146,8 +146,9 @@ fwd_kernel pick_kernel(const xent_launch &l, bool general) {
     case XENT_PATH_STREAM: return general ? fwd_stream<T, true> : fwd_stream<T, false>;
     case XENT_PATH_ONEREAD:
       return general ? pick_oneread<T, true>(l.vecs) : pick_oneread<T, false>(l.vecs);
+    case XENT_PATH_KEEP: return general ? fwd_tworead<T, true, true> : fwd_tworead<T, false, true>;
   }
-  return general ? fwd_tworead<T, true> : fwd_tworead<T, false>;
+  return general ? fwd_tworead<T, true, false> : fwd_tworead<T, false, false>;
 }
 
 fwd_kernel pick_kernel_dtype(xent_dtype dt, const xent_launch &l, bool general) {
@@ -182,6 +183,8 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
     } else {
       if (o.cluster < 1) o.cluster = 1;
       ok = ok && o.cluster <= XENT_MAX_CLUSTER && (o.cluster == 1 || dp->sm_major >= 9);
+      if (o.path == XENT_PATH_KEEP)
+        ok = ok && xent_keep_fits(&o, es, c->in.vocab, dp->smem_optin);
       if (o.path == XENT_PATH_ONEREAD)
         ok = ok && o.threads <= XENT_MAX_ONEREAD_THREADS &&
              (o.vecs == 2 || o.vecs == 4 || o.vecs == 8 || o.vecs == 16) &&
@@ -189,9 +192,10 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
     }
     if (!ok)
       return xent_fail(XENT_ERROR_UNSUPPORTED,
-                       "tune: path %d cluster %d threads %d vecs %d slots %d cannot run V = %lld "
-                       "here",
-                       o.path, o.cluster, o.threads, o.vecs, o.slots, (long long)c->in.vocab);
+                       "tune: path %d cluster %d threads %d vecs %d slots %d keep %d cannot run "
+                       "V = %lld here",
+                       o.path, o.cluster, o.threads, o.vecs, o.slots, o.keep,
+                       (long long)c->in.vocab);
     *l = o;
     return XENT_OK;
   }
@@ -226,7 +230,7 @@ int g_resident_n = 0;
 
 xent_status resident_units(fwd_kernel k, const xent_launch &l, const dev_props *dp, int smem,
                            int smem_max, int *units) {
-  const bool clusters = l.path == XENT_PATH_RING;
+  const bool clusters = l.path == XENT_PATH_RING || l.cluster > 1;
   int dev = 0;
   CK(cudaGetDevice(&dev));
   for (int i = 0; i < g_resident_n; i++) {
@@ -295,7 +299,19 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     blocks = p.rows < resident ? p.rows : resident;
     cfg.dynamicSmemBytes = (size_t)smem;
     p.ring_slots = l.slots;
-  } else if (p.rows > 0x7fffffffLL / l.cluster) {
+  } else if (l.path == XENT_PATH_KEEP) {
+    const int es = (int)xent_dtype_size(dt);
+    p.keep_vecs = xent_keep_vecs(&l, es, p.vocab);
+    const int smem = p.keep_vecs * l.threads * 16;
+    int resident = 0; /* blocks, or clusters of l.cluster blocks */
+    xent_status st =
+        resident_units(k, l, dp, smem, dp->smem_optin - XENT_TWOREAD_STATIC_SMEM, &resident);
+    if (st) return st;
+    blocks = (p.rows < resident ? p.rows : resident) * (int64_t)l.cluster;
+    cfg.dynamicSmemBytes = (size_t)smem;
+  }
+  if ((l.path == XENT_PATH_TWOREAD || l.path == XENT_PATH_ONEREAD) &&
+      p.rows > 0x7fffffffLL / l.cluster) {
     return xent_fail(XENT_ERROR_UNSUPPORTED, "rows = %lld is more than one launch can hold",
                      (long long)p.rows);
   }
@@ -307,6 +323,7 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
   const char *name = l.path == XENT_PATH_RING      ? (l.lsu ? "ring-lsu" : "ring")
                      : l.path == XENT_PATH_ONEREAD ? "one-read"
                      : l.path == XENT_PATH_STREAM  ? "stream"
+                     : l.path == XENT_PATH_KEEP    ? "keep"
                                                    : "two-read";
   if (l.path == XENT_PATH_STREAM)
     snprintf(g_last_launch, sizeof g_last_launch, "%s threads=%d slots=%d grid=%lld%s", name,
@@ -314,6 +331,10 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
   else if (l.path == XENT_PATH_RING)
     snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d slots=%d grid=%lld%s",
              name, l.cluster, l.threads, l.slots, (long long)blocks, general ? " general" : "");
+  else if (l.path == XENT_PATH_KEEP)
+    snprintf(g_last_launch, sizeof g_last_launch,
+             "%s cluster=%d threads=%d smem_vecs=%d grid=%lld%s", name, l.cluster, l.threads,
+             p.keep_vecs, (long long)blocks, general ? " general" : "");
   else
     snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d vecs=%d%s", name,
              l.cluster, l.threads, l.vecs, general ? " general" : "");
@@ -607,8 +628,9 @@ xent_status xent_cuda_backward(const xent_scale_call *c) {
 }
 
 void xent_tune_override(int path, int cluster, int threads, int size) {
-  xent_launch o = {path, cluster, threads, 0, 0, 0, 0};
+  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0};
   if (path == XENT_PATH_ONEREAD) o.vecs = size;
+  if (path == XENT_PATH_KEEP) o.keep = size;
   if (path == XENT_PATH_RING || path == XENT_PATH_RING + 1 || path == XENT_PATH_STREAM)
     o.slots = size;
   if (path == XENT_PATH_RING + 1) { /* 4: the ring with per-thread copies */
@@ -616,7 +638,7 @@ void xent_tune_override(int path, int cluster, int threads, int size) {
     o.lsu = 1;
   }
   g_override = o;
-  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_STREAM;
+  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_KEEP;
 }
 
 const char *xent_tune_last_launch(void) { return g_last_launch; }

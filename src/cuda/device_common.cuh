@@ -45,6 +45,8 @@ struct fwd_params {
                               fwd_stream: 16-byte slots per thread             */
   int ring_chunk_vecs;     /* fwd_ring: 16-byte vectors per bulk copy           */
   int ring_lsu;            /* fwd_ring: per-thread copies instead of bulk ones  */
+  int keep_vecs;           /* fwd_tworead<KEEP>: 16-byte vectors per thread held
+                              in shared memory between the passes             */
   const void *targets;
   int target64;
   int64_t ignore_index;

@@ -12,11 +12,17 @@
  *   online (max, sum); pass 2 (only when a gradient is wanted) streams it
  *   again and writes the gradient. Forward without gradient is pass 1 alone,
  *   which is the fewest bytes for it (read V).
+ *   With KEEP, pass 1 also holds the row on chip for pass 2: each thread's
+ *   first kTwoReadUnroll vectors in registers, its next p.keep_vecs in
+ *   shared memory (dynamic, keep_vecs * threads * 16 bytes). Pass 2 re-reads
+ *   only the rest, the row's tail, which pass 1 read last. When the row fits,
+ *   HBM traffic is the floor (read V, write V) with no L2 re-read at all.
  */
 #ifndef XENT_CUDA_KERNELS_FORWARD_CUH
 #define XENT_CUDA_KERNELS_FORWARD_CUH
 
 #include "cuda/device_common.cuh"
+#include "cuda/launch_table.h"
 #include "cuda/sm90.cuh"
 
 namespace xent {
@@ -182,26 +188,51 @@ __global__ void __launch_bounds__(512, 1) fwd_oneread(const fwd_params p) {
  * Only part of pass 2 hits L2 (bench/NOTES.md v2 and v3); the more rows in
  * flight per SM, the less. */
 
-constexpr int kTwoReadUnroll = 4;
+constexpr int kTwoReadUnroll = XENT_TWOREAD_UNROLL;
 
 /* Pass 1 over vectors [j_begin, j_end) (and the extra elements when
- * do_extras): an online (max, sum) and the max-pass statistics. */
-template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH>
+ * do_extras): an online (max, sum) and the max-pass statistics. With KEEP,
+ * the thread's vectors of the first iteration go to `kr` and those of the
+ * next `ks_vecs` (per thread) to `ks`; those are read evict-first (pass 2
+ * will not ask L2 for them), the rest cache-all. */
+template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH, bool KEEP>
 __device__ __forceinline__ void tworead_pass1(const fwd_params &p, const char *rowp,
                                               const row_geom &g, int j_begin, int j_end,
-                                              bool do_extras, part &q) {
+                                              bool do_extras, part &q,
+                                              uint4 (&kr)[kTwoReadUnroll], uint4 *ks,
+                                              int ks_vecs) {
   constexpr int VN = elem<T>::N;
   constexpr int ES = (int)sizeof(T);
   constexpr int U = kTwoReadUnroll;
-  const int nt = blockDim.x;
+  const int nt = blockDim.x, tid = threadIdx.x;
   const uint4 *vp = (const uint4 *)(rowp + (int64_t)g.head * ES);
   float m = -INFINITY, s = 0.0f;
-  for (int j0 = j_begin + (int)threadIdx.x; j0 < j_end; j0 += U * nt) {
+  int it = 0;
+  for (int j0 = j_begin + tid; j0 < j_end; j0 += U * nt, it++) {
     uint4 v[U];
 #pragma unroll
     for (int u = 0; u < U; u++) {
       int j = j0 + u * nt;
-      if (j < j_end) v[u] = p.write_grad ? __ldca(vp + j) : __ldcs(vp + j);
+      if (j < j_end) {
+        if (KEEP) {
+          const bool held = it == 0 || (it - 1) * U + u < ks_vecs;
+          v[u] = held ? __ldcs(vp + j) : __ldca(vp + j);
+        } else {
+          v[u] = p.write_grad ? __ldca(vp + j) : __ldcs(vp + j);
+        }
+      }
+    }
+    if (KEEP) {
+      if (it == 0) {
+#pragma unroll
+        for (int u = 0; u < U; u++) kr[u] = v[u];
+      } else {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          const int k = (it - 1) * U + u;
+          if (k < ks_vecs && j0 + u * nt < j_end) ks[k * nt + tid] = v[u];
+        }
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; u++) {
@@ -210,7 +241,7 @@ __device__ __forceinline__ void tworead_pass1(const fwd_params &p, const char *r
     }
   }
   if (do_extras) {
-    for (int e = threadIdx.x; e < g.extras; e += nt) {
+    for (int e = tid; e < g.extras; e += nt) {
       const int ej = extra_index(g, e);
       float x = elem<T>::load(rowp + (int64_t)ej * ES), d;
       if (GENERAL && p.use_softcap) x = cap(p, x, &d);
@@ -222,7 +253,7 @@ __device__ __forceinline__ void tworead_pass1(const fwd_params &p, const char *r
   q.s = s;
 }
 
-template <typename T, bool GENERAL>
+template <typename T, bool GENERAL, bool KEEP>
 __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
   constexpr int VN = elem<T>::N;
   constexpr int ES = (int)sizeof(T);
@@ -240,82 +271,102 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
 #else
   if (K > 1) return; /* never launched: the host only picks clusters on sm_90+ */
 #endif
-  const int64_t row = (int64_t)(blockIdx.x / (unsigned)K);
   const int tid = threadIdx.x, nt = blockDim.x;
-  char *rowp = p.x + row * p.stride_bytes;
-  const row_geom g = make_geom<T>(rowp, p.vocab);
-  uint4 *vp = (uint4 *)(rowp + (int64_t)g.head * ES);
-  /* This block's vectors: a contiguous share of the row. */
-  const int chunk = (g.nvec + K - 1) / K;
-  const int j_begin = min((int)rank * chunk, g.nvec);
-  const int j_end = min(j_begin + chunk, g.nvec);
   const bool lead = rank == 0;
+  extern __shared__ uint4 keep_smem[];
+  const int ks_vecs = KEEP ? p.keep_vecs : 0;
+  /* A block (cluster) per row, or with a smaller grid (the keep path) each
+   * takes every (grid / K)-th row, loading the next row's target early. */
+  const int64_t row_step = (int64_t)(gridDim.x / (unsigned)K);
+  int64_t row = (int64_t)(blockIdx.x / (unsigned)K);
+  int64_t y_next = row < p.rows ? load_target(p.targets, p.target64, row) : 0;
+  for (; row < p.rows; row += row_step) {
+    const int64_t y64 = y_next;
+    if (row + row_step < p.rows) y_next = load_target(p.targets, p.target64, row + row_step);
+    char *rowp = p.x + row * p.stride_bytes;
+    const row_geom g = make_geom<T>(rowp, p.vocab);
+    uint4 *vp = (uint4 *)(rowp + (int64_t)g.head * ES);
+    /* This block's vectors: a contiguous share of the row. */
+    const int chunk = (g.nvec + K - 1) / K;
+    const int j_begin = min((int)rank * chunk, g.nvec);
+    const int j_end = min(j_begin + chunk, g.nvec);
 
-  const int64_t y64 = load_target(p.targets, p.target64, row);
-  const bool ignored = y64 == p.ignore_index;
-  const bool bad = !ignored && (y64 < 0 || y64 >= p.vocab);
-  if (ignored || bad) {
-    /* Uniform over the cluster: no block touches distributed shared memory. */
-    if (lead && tid == 0) skipped_row_outputs(p, row, bad);
-    if (p.write_grad) zero_row<T>(rowp, g, j_begin + tid, j_end, nt, lead ? tid : 0x7fffffff, nt);
-    return;
-  }
-  const int y = (int)y64;
-  if (lead && tid == 0) {
-    float xy = elem<T>::load(rowp + (int64_t)y * ES), d;
-    xy_shared = (GENERAL && p.use_softcap) ? cap(p, xy, &d) : xy;
-  }
+    const bool ignored = y64 == p.ignore_index;
+    const bool bad = !ignored && (y64 < 0 || y64 >= p.vocab);
+    if (ignored || bad) {
+      /* Uniform over the cluster: no block touches distributed shared memory. */
+      if (lead && tid == 0) skipped_row_outputs(p, row, bad);
+      if (p.write_grad)
+        zero_row<T>(rowp, g, j_begin + tid, j_end, nt, lead ? tid : 0x7fffffff, nt);
+      continue;
+    }
+    const int y = (int)y64;
+    if (lead && tid == 0) {
+      float xy = elem<T>::load(rowp + (int64_t)y * ES), d;
+      xy_shared = (GENERAL && p.use_softcap) ? cap(p, xy, &d) : xy;
+    }
 
-  part q = part_empty();
-#define XENT_TWOREAD_PASS1(A, S) \
-  tworead_pass1<T, GENERAL, A, S>(p, rowp, g, j_begin, j_end, lead, q)
-  XENT_WITH_FLAGS(p, XENT_TWOREAD_PASS1);
+    part q = part_empty();
+    uint4 kr[U];
+#define XENT_TWOREAD_PASS1(A, S)                                                             \
+  tworead_pass1<T, GENERAL, A, S, KEEP>(p, rowp, g, j_begin, j_end, lead, q, kr, keep_smem, \
+                                        ks_vecs)
+    XENT_WITH_FLAGS(p, XENT_TWOREAD_PASS1);
 #undef XENT_TWOREAD_PASS1
-  part r = block_reduce(q, scratch);
+    part r = block_reduce(q, scratch);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (K > 1) r = cluster_combine(r, K, &exchange, scratch);
+    if (K > 1) r = cluster_combine(r, K, &exchange, scratch);
 #endif
-  __syncthreads(); /* xy_shared */
-  const bool writer = lead && tid == 0;
-  const grad_coef gc = finish_row(p, r, writer ? xy_shared : 0.0f, row, y, writer);
+    __syncthreads(); /* xy_shared */
+    const bool writer = lead && tid == 0;
+    const grad_coef gc = finish_row(p, r, writer ? xy_shared : 0.0f, row, y, writer);
 
-  if (p.write_grad) {
-    /* Pass 2: read again, write the gradient, walking the row backwards: the
-     * vectors pass 1 read last are the likeliest still in L2, and reading
-     * them first keeps the older ones from being evicted in between (a
-     * forward re-walk of a row a little larger than its L2 share would miss
-     * on every line). */
-    const int per_iter = U * nt;
-    for (int it = (j_end - j_begin + per_iter - 1) / per_iter - 1; it >= 0; it--) {
-      const int j0 = j_begin + it * per_iter + tid;
-      uint4 v[U];
+    if (p.write_grad) {
+      /* Pass 2: read again, write the gradient, walking the row backwards: the
+       * vectors pass 1 read last are the likeliest still in L2, and reading
+       * them first keeps the older ones from being evicted in between (a
+       * forward re-walk of a row a little larger than its L2 share would miss
+       * on every line). With KEEP the held vectors come from registers and
+       * shared memory, and only the tail is read again. */
+      const int per_iter = U * nt;
+      for (int it = (j_end - j_begin + per_iter - 1) / per_iter - 1; it >= 0; it--) {
+        const int j0 = j_begin + it * per_iter + tid;
+        uint4 v[U];
 #pragma unroll
-      for (int u = 0; u < U; u++) {
-        int j = j0 + u * nt;
-        if (j < j_end) v[u] = __ldcs(vp + j);
+        for (int u = 0; u < U; u++) {
+          int j = j0 + u * nt;
+          if (j < j_end) {
+            if (KEEP) {
+              const int k = (it - 1) * U + u;
+              v[u] = it == 0 ? kr[u] : k < ks_vecs ? keep_smem[k * nt + tid] : __ldcs(vp + j);
+            } else {
+              v[u] = __ldcs(vp + j);
+            }
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          int j = j0 + u * nt;
+          if (j < j_end) {
+            float f[VN];
+            elem<T>::unpack(v[u], f);
+            grad_vec<T, GENERAL>(p, gc, f, g.head + j * VN);
+            __stcs(vp + j, elem<T>::pack(f));
+          }
+        }
       }
-#pragma unroll
-      for (int u = 0; u < U; u++) {
-        int j = j0 + u * nt;
-        if (j < j_end) {
-          float f[VN];
-          elem<T>::unpack(v[u], f);
-          grad_vec<T, GENERAL>(p, gc, f, g.head + j * VN);
-          __stcs(vp + j, elem<T>::pack(f));
+      if (lead) {
+        for (int e = tid; e < g.extras; e += nt) {
+          const int ej = extra_index(g, e);
+          char *ep = rowp + (int64_t)ej * ES;
+          elem<T>::store(ep, grad_one<GENERAL>(p, gc, elem<T>::load(ep), ej));
         }
       }
     }
-    if (lead) {
-      for (int e = tid; e < g.extras; e += nt) {
-        const int ej = extra_index(g, e);
-        char *ep = rowp + (int64_t)ej * ES;
-        elem<T>::store(ep, grad_one<GENERAL>(p, gc, elem<T>::load(ep), ej));
-      }
-    }
-  }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (K > 1) cluster_wait();
+    if (K > 1) cluster_wait(); /* peers are done with this row's exchange */
 #endif
+  }
 }
 
 }  // namespace xent

@@ -22,6 +22,11 @@
  *             `cluster` blocks of `threads` threads, each thread holding `vecs`
  *             16-byte vectors. Capacity per row: cluster * threads * vecs * 16
  *             bytes. Needs sm_90+ for cluster > 1; a cluster of 1 runs anywhere.
+ *   keep      (fwd_tworead with KEEP): the two-read kernel, except that each
+ *             thread holds its first XENT_TWOREAD_UNROLL vectors of the row in
+ *             registers and up to `keep` more in shared memory from pass 1
+ *             to pass 2, which re-reads only the rest. Any GPU, any
+ *             alignment; clusters as for two-read.
  *   two-read  (fwd_tworead): a row per cluster of `cluster` blocks of
  *             `threads` threads (cluster 1: a row per block, any GPU), any V,
  *             any alignment. Pass 1 reads the row, pass 2 re-reads it (partly
@@ -32,7 +37,13 @@
 #ifndef XENT_CUDA_LAUNCH_TABLE_H
 #define XENT_CUDA_LAUNCH_TABLE_H
 
-enum { XENT_PATH_TWOREAD = 1, XENT_PATH_ONEREAD = 2, XENT_PATH_RING = 3, XENT_PATH_STREAM = 5 };
+enum {
+  XENT_PATH_TWOREAD = 1,
+  XENT_PATH_ONEREAD = 2,
+  XENT_PATH_RING = 3,
+  XENT_PATH_STREAM = 5,
+  XENT_PATH_KEEP = 6
+};
 
 typedef struct xent_launch {
   int path;        /* XENT_PATH_*                                         */
@@ -43,6 +54,8 @@ typedef struct xent_launch {
                       slots per thread                                    */
   int chunk_vecs;  /* ring: 16-byte vectors per chunk                     */
   int lsu;         /* ring: per-thread 16-byte copies, not bulk copies    */
+  int keep;        /* keep: at most this many 16-byte vectors per thread
+                      held in shared memory between the passes            */
 } xent_launch;
 
 enum {
@@ -51,8 +64,28 @@ enum {
   XENT_RING_CHUNK_VECS = 1024, /* 16 KB per bulk copy */
   XENT_RING_MAX_SLOTS = 16,
   XENT_STREAM_MAX_SLOTS = 16,
-  XENT_STREAM_STATIC_SMEM = 1024 /* fwd_stream's reduction scratch, rounded up */
+  XENT_STREAM_STATIC_SMEM = 1024, /* fwd_stream's reduction scratch, rounded up */
+  XENT_TWOREAD_STATIC_SMEM = 1024, /* fwd_tworead's reduction scratch, rounded up */
+  XENT_TWOREAD_UNROLL = 4          /* vectors per thread per iteration (and held in
+                                      registers by the keep path)                 */
 };
+
+/* Vectors per thread the keep path holds in shared memory for rows of V
+ * elements of `es` bytes: what the thread's share of its block's slice needs
+ * beyond its registers, at most l->keep. */
+static inline int xent_keep_vecs(const xent_launch *l, int es, long long vocab) {
+  long long nvec = vocab * es / 16, slice = (nvec + l->cluster - 1) / l->cluster;
+  long long per_thread = (slice + l->threads - 1) / l->threads - XENT_TWOREAD_UNROLL;
+  if (per_thread < 0) per_thread = 0;
+  return per_thread < l->keep ? (int)per_thread : l->keep;
+}
+
+/* Does the keep path's shared memory fit one block? */
+static inline int xent_keep_fits(const xent_launch *l, int es, long long vocab, int smem_optin) {
+  return l->keep >= 0 && (long long)xent_keep_vecs(l, es, vocab) * l->threads * 16 +
+                                 XENT_TWOREAD_STATIC_SMEM <=
+                             smem_optin;
+}
 
 /* Does a one-read configuration hold every row of V elements of `es` bytes,
  * whatever the row's alignment? (The head and tail elements outside whole
@@ -98,7 +131,7 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
                                     int aligned) {
   for (int pass = 0; pass < 2; pass++) {
     for (int K = 1; K <= XENT_MAX_CLUSTER; K++) {
-      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0};
+      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0, 0};
       long long chunks = xent_ring_chunks(vocab, es, K, XENT_RING_CHUNK_VECS);
       if (pass == 0 && chunks * 8 > (long long)slots * 5) continue;
       if (xent_ring_fits(&r, sm_major, es, vocab, aligned)) return K;
@@ -110,7 +143,7 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
 /* The table. sm_major: compute capability major; es: element bytes. */
 static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab,
                                            int write_grad) {
-  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0};
+  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0};
   long long row_bytes = vocab * es;
 
   if (!write_grad) {

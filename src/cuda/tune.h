@@ -24,7 +24,11 @@ extern "C" {
  * path 5: the stream kernel (sm_80+, aligned rows): a persistent grid of
  *         blocks of `threads` threads, each thread with a ring of `size`
  *         16-byte slots; cluster unused.
- * Paths 1, 2 and 5 also apply to forward calls without a gradient.
+ * path 6: the two-read kernel holding the row on chip between its passes
+ *         (any GPU; cluster > 1 needs sm_90+): each thread keeps its first 4
+ *         16-byte vectors in registers and up to `size` more in shared
+ *         memory; only the rest is read again.
+ * Paths 1, 2, 5 and 6 also apply to forward calls without a gradient.
  * path 0: back to the launch table. A configuration that cannot run the
  * call fails it with XENT_ERROR_UNSUPPORTED. */
 XENT_API void xent_tune_override(int path, int cluster, int threads, int size);

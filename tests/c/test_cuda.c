@@ -212,17 +212,23 @@ enum {
   RUN_RING = 8,
   RUN_RING_LSU = 16,
   RUN_STREAM = 32,
-  RUN_ONE_READ = 64
+  RUN_ONE_READ = 64,
+  RUN_KEEP = 128
 };
 
 /* The stream kernel's launch for RUN_STREAM: threads, slots per thread. */
 static int g_stream_threads = 256, g_stream_slots = 4;
+
+/* The keep path's launch for RUN_KEEP: cluster, threads, shared-memory
+ * vectors per thread at most. */
+static int g_keep_cluster = 1, g_keep_threads = 256, g_keep_vecs = 4;
 
 /* The launch a run forces (xent_tune_override): the ring kernel with 8 slots
  * of 16 KB (fits every sm_90+ GPU) fed by bulk or per-thread copies, the
  * stream kernel, the two-read kernel, or the launch table. */
 static void force_path(int flags) {
   if (flags & RUN_STREAM) xent_tune_override(5, 1, g_stream_threads, g_stream_slots);
+  else if (flags & RUN_KEEP) xent_tune_override(6, g_keep_cluster, g_keep_threads, g_keep_vecs);
   else if (flags & RUN_ONE_READ) xent_tune_override(2, 1, 256, 16);
   else if (flags & RUN_RING) xent_tune_override(3, 0, 512, 8);
   else if (flags & RUN_RING_LSU) xent_tune_override(4, 0, 512, 8);
@@ -256,6 +262,7 @@ static long cuda_run_problem(xt_problem *pb, const char *tag, int flags) {
            (flags & RUN_TWO_READ)                 ? " two-read"
            : (flags & (RUN_RING | RUN_RING_LSU)) ? " ring"
            : (flags & RUN_STREAM)                ? " stream"
+           : (flags & RUN_KEEP)                  ? " keep"
            : (flags & RUN_ONE_READ)              ? " one-read"
                                                  : "",
            (flags & RUN_WORKSPACE) ? " workspace" : "", xent_tune_last_launch());
@@ -467,6 +474,55 @@ static void test_cuda_stream(void **state) {
       int flags = RUN_STREAM | (i < 3 ? RUN_COMPARE_CPU : 0);
       errors += cuda_run_case(&c, &rng, "cuda stream", flags);
       errors += not_launched("stream", V);
+    }
+  }
+  assert_int_equal(errors, 0);
+}
+
+/* The keep path (the two-read kernel holding each thread's first vectors in
+ * registers and the next ones in shared memory): rows held whole in
+ * registers, in registers and shared memory, and only partly (the tail read
+ * again), over one block or a cluster of two, packed, padded and unaligned,
+ * with and without a gradient. */
+static void test_cuda_keep(void **state) {
+  (void)state;
+  require_gpu();
+  xt_rng rng = xt_rng_for("test_cuda_keep");
+  long errors = 0;
+  /* V, dtype, cluster, threads, shared vectors per thread, stride, offset. */
+  const struct {
+    int64_t V;
+    int d, cluster, threads, vecs;
+    int64_t stride;
+    int offset;
+  } shapes[] = {
+      {8, 0, 1, 256, 4, 0, 0},           {4095, 1, 1, 256, 0, 0, 1},
+      {32000, 1, 1, 256, 14, 0, 0},      {32000, 0, 1, 512, 2, 32000 + 5, 0},
+      {50257, 2, 1, 256, 8, 50264, 1},   {128256, 1, 1, 1024, 14, 0, 0},
+      {128256, 0, 1, 1024, 14, 0, 0},    {128256, 0, 2, 1024, 14, 0, 0},
+      {128256, 1, 1, 512, 6, 0, 1},      {262144, 1, 2, 1024, 14, 0, 0},
+      {262144, 0, 4, 512, 13, 262144 + 4, 0}};
+  for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
+    for (int grad = 0; grad < 2; grad++) {
+      if (g_quick && (i + grad) % 2) continue;
+      int64_t V = shapes[i].V;
+      if (shapes[i].cluster > 1) {
+        xent_device_info info;
+        if (xent_get_device_info(0, &info) != XENT_OK || info.sm_major < 9) continue;
+      }
+      xt_case c = xt_case_default(DTYPES[shapes[i].d], rows_for(V) / 2 + 3, V);
+      c.stride = shapes[i].stride;
+      c.offset = shapes[i].offset;
+      c.reduction = REDS[(i + grad) % 3];
+      c.ties = 1;
+      c.grad = grad;
+      if ((i + grad) % 2) xt_everything(&c);
+      g_keep_cluster = shapes[i].cluster;
+      g_keep_threads = shapes[i].threads;
+      g_keep_vecs = shapes[i].vecs;
+      int flags = RUN_KEEP | (i < 3 ? RUN_COMPARE_CPU : 0);
+      errors += cuda_run_case(&c, &rng, "cuda keep", flags);
+      errors += not_launched("keep", V);
     }
   }
   assert_int_equal(errors, 0);
@@ -1529,6 +1585,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_vocab_sizes),
       cmocka_unit_test(test_cuda_ring_stream),
       cmocka_unit_test(test_cuda_stream),
+      cmocka_unit_test(test_cuda_keep),
       cmocka_unit_test(test_cuda_layouts),
       cmocka_unit_test(test_cuda_ignored_rows),
       cmocka_unit_test(test_cuda_special_values),
