@@ -130,7 +130,15 @@ __global__ void __launch_bounds__(1024, 1) fwd_ring(const fwd_params p) {
     for (int i = 0; i < rg.slots; i++) mbar_init(&full[i], p.ring_lsu ? blockDim.x : 1u);
     mbar_init_fence();
   }
-  __syncthreads();
+  /* Every block of the cluster must have started before any writes into
+   * another's shared memory (the first row's exchange); a block barrier
+   * suffices without a cluster. */
+  if (K > 1) {
+    cluster_arrive();
+    cluster_wait();
+  } else {
+    __syncthreads();
+  }
   for (int64_t j = 0; j < total && j < rg.slots; j++) {
     if (p.ring_lsu) ring_issue_lsu(p, rg, ring, full, j);
     else if (tid == 0) ring_issue(p, rg, ring, full, j, policy);
