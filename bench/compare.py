@@ -465,6 +465,7 @@ class Runner:
     def measure_memory(self, prov: Provider, bt, v, dt) -> Tuple[float, float, float]:
         torch = self.torch
         peaks = []
+        base = torch.cuda.memory_allocated()
         for r in range(self.args.mem_reps):
             x = self.make_logits(bt, v, dt, "cuda", self.args.seed + 100 + r).requires_grad_()
             y = self.make_targets(bt, v, "cuda", self.args.seed + 100 + r)
@@ -474,14 +475,14 @@ class Runner:
             loss.backward()
             torch.cuda.synchronize()
             peaks.append(torch.cuda.max_memory_allocated() / float(1 << 20))
-            # Freed here (gc for anything a compiled graph keeps in a cycle), but the
-            # allocator keeps the blocks cached: that changes no peak of allocated
-            # memory and saves releasing and allocating the logits again for every
-            # run (the memory stage took about two thirds of the H200 run of
-            # 2026-11-29; how much of it this saves is not measured yet).
+            # Freed here. The allocator keeps the blocks cached, which changes no peak of
+            # allocated memory and saves allocating the logits anew for every run. A full
+            # garbage collection (a few tenths of a second with the peers' packages
+            # loaded) runs only when something, such as a compiled graph's reference
+            # cycle, still holds device memory: the next run's peak must not include it.
             del loss, x, y
-            gc.collect()
-        self.cleanup()
+            if torch.cuda.memory_allocated() > base:
+                gc.collect()
         return quantiles(peaks)
 
     # -- speed ------------------------------------------------------------
@@ -749,6 +750,7 @@ def main(argv=None) -> int:
         # Memory first, with nothing else of the benchmark on the device.
         peaks: Dict[str, Tuple[float, float, float]] = {}
         if "full" in args.modes and on_gpu:
+            mem_base = torch.cuda.memory_allocated()
             for prov in runnable:
                 if prov.device != "cuda":
                     continue
@@ -760,7 +762,9 @@ def main(argv=None) -> int:
                     skipped_notes.append(note)
                     progress_done()
                     print(note)
-                runner.cleanup()
+                    runner.cleanup()
+                if torch.cuda.memory_allocated() > mem_base:
+                    runner.cleanup()  # the next provider's peak must not include this one's
 
         progress(f"[{ui}/{len(units)}] {label} inputs")
         try:
