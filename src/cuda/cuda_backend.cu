@@ -118,7 +118,7 @@ void leave_device(const device_scope *s) {
 /* Tuning override (xent-bench --tune)                                       */
 /* ------------------------------------------------------------------------ */
 
-xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0};
+xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0, 0};
 int g_override_on = 0;
 thread_local char g_last_launch[96] = "none";
 
@@ -315,6 +315,7 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     return xent_fail(XENT_ERROR_UNSUPPORTED, "rows = %lld is more than one launch can hold",
                      (long long)p.rows);
   }
+  p.l2_hint = l.path == XENT_PATH_TWOREAD && l.hint && dp->sm_major >= 8;
   cfg.gridDim = dim3((unsigned)blocks, 1, 1);
   cfg.blockDim = dim3((unsigned)l.threads, 1, 1);
   cfg.stream = stream;
@@ -336,8 +337,8 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
              "%s cluster=%d threads=%d smem_vecs=%d grid=%lld%s", name, l.cluster, l.threads,
              p.keep_vecs, (long long)blocks, general ? " general" : "");
   else
-    snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d vecs=%d%s", name,
-             l.cluster, l.threads, l.vecs, general ? " general" : "");
+    snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d vecs=%d%s%s", name,
+             l.cluster, l.threads, l.vecs, p.l2_hint ? " l2-hint" : "", general ? " general" : "");
   return XENT_OK;
 }
 
@@ -628,7 +629,8 @@ xent_status xent_cuda_backward(const xent_scale_call *c) {
 }
 
 void xent_tune_override(int path, int cluster, int threads, int size) {
-  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0};
+  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0, 0};
+  if (path == XENT_PATH_TWOREAD) o.hint = size;
   if (path == XENT_PATH_ONEREAD) o.vecs = size;
   if (path == XENT_PATH_KEEP) o.keep = size;
   if (path == XENT_PATH_RING || path == XENT_PATH_RING + 1 || path == XENT_PATH_STREAM)

@@ -207,6 +207,8 @@ __device__ __forceinline__ void tworead_pass1(const fwd_params &p, const char *r
   const int nt = blockDim.x, tid = threadIdx.x;
   const uint4 *vp = (const uint4 *)(rowp + (int64_t)g.head * ES);
   float m = -INFINITY, s = 0.0f;
+  const bool hint = !KEEP && p.l2_hint && p.write_grad;
+  const uint64_t pol = hint ? l2_policy(true) : 0;
   int it = 0;
   for (int j0 = j_begin + tid; j0 < j_end; j0 += U * nt, it++) {
     uint4 v[U];
@@ -217,6 +219,8 @@ __device__ __forceinline__ void tworead_pass1(const fwd_params &p, const char *r
         if (KEEP) {
           const bool held = it == 0 || (it - 1) * U + u < ks_vecs;
           v[u] = held ? __ldcs(vp + j) : __ldca(vp + j);
+        } else if (hint) {
+          v[u] = ld_l2(vp + j, pol);
         } else {
           v[u] = p.write_grad ? __ldca(vp + j) : __ldcs(vp + j);
         }
@@ -329,6 +333,8 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
        * on every line). With KEEP the held vectors come from registers and
        * shared memory, and only the tail is read again. */
       const int per_iter = U * nt;
+      const bool hint2 = !KEEP && p.l2_hint;
+      const uint64_t pol2 = hint2 ? l2_policy(false) : 0;
       for (int it = (j_end - j_begin + per_iter - 1) / per_iter - 1; it >= 0; it--) {
         const int j0 = j_begin + it * per_iter + tid;
         uint4 v[U];
@@ -339,6 +345,8 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
             if (KEEP) {
               const int k = (it - 1) * U + u;
               v[u] = it == 0 ? kr[u] : k < ks_vecs ? keep_smem[k * nt + tid] : __ldcs(vp + j);
+            } else if (hint2) {
+              v[u] = ld_l2(vp + j, pol2);
             } else {
               v[u] = __ldcs(vp + j);
             }

@@ -56,6 +56,8 @@ typedef struct xent_launch {
   int lsu;         /* ring: per-thread 16-byte copies, not bulk copies    */
   int keep;        /* keep: at most this many 16-byte vectors per thread
                       held in shared memory between the passes            */
+  int hint;        /* two-read with a gradient: L2 eviction policies, pass 1
+                      evict-last and pass 2 evict-first (sm_80+)          */
 } xent_launch;
 
 enum {
@@ -131,7 +133,7 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
                                     int aligned) {
   for (int pass = 0; pass < 2; pass++) {
     for (int K = 1; K <= XENT_MAX_CLUSTER; K++) {
-      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0, 0};
+      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0, 0, 0};
       long long chunks = xent_ring_chunks(vocab, es, K, XENT_RING_CHUNK_VECS);
       if (pass == 0 && chunks * 8 > (long long)slots * 5) continue;
       if (xent_ring_fits(&r, sm_major, es, vocab, aligned)) return K;
@@ -143,7 +145,7 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
 /* The table. sm_major: compute capability major; es: element bytes. */
 static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab,
                                            int write_grad) {
-  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0};
+  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0, 0};
   long long row_bytes = vocab * es;
 
   if (!write_grad) {
@@ -165,11 +167,14 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
    *   over clusters was slower at every size: each block's life is mostly
    *   fixed latency (target, loads, reductions), so K blocks per row cost
    *   about K times.
-   * - the one-read kernel, the ring (v4) and the stream kernel (v5) are
-   *   never picked: each was slower than the above at every size measured;
-   *   xent_tune_override selects them. */
-  (void)sm_major;
+   * - the one-read kernel, the ring (v4), the stream kernel (v5) and the
+   *   keep path (v6) are never picked: each was slower than the above at
+   *   every size measured; xent_tune_override selects them. */
   l.threads = row_bytes <= 112 * 1024 ? 256 : row_bytes > 256 * 1024 ? 1024 : 512;
+  /* Rows over 256 KB: pass 1 loads evict-last and pass 2 evict-first, so
+   * that more of pass 2 finds its row in L2; 1.0 to 1.8 % faster on an H200
+   * (bench/NOTES.md v7), neutral or slightly slower for shorter rows. */
+  l.hint = sm_major >= 8 && row_bytes > 256 * 1024;
   return l;
 }
 

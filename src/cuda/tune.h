@@ -14,7 +14,8 @@ extern "C" {
 
 /* Force the launch of the next CUDA forward_grad calls of this process.
  * path 1: the two-read kernel, a row per cluster of `cluster` blocks (0 or
- *         1: a row per block) of `threads` threads; size unused.
+ *         1: a row per block) of `threads` threads; size 1: with L2
+ *         eviction policies (pass 1 evict-last, pass 2 evict-first).
  * path 2: the one-read kernel, clusters of `cluster` blocks of `threads`
  *         threads, each thread holding `size` 16-byte vectors of the row.
  * path 3: the ring kernel (sm_90+, aligned rows), clusters of `cluster`
