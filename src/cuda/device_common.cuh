@@ -479,6 +479,14 @@ __device__ __forceinline__ grad_coef finish_row(const fwd_params &p, const part 
   return finish_row(p, load_scales(p), r, xy, row, y, write_outputs);
 }
 
+/* Is target y outside [0, V) without being ignore_index? The forward
+ * kernels skip such a row (unchecked mode; checked mode never launches
+ * them with one) as they skip an ignored row: zero gradient, and the
+ * outputs of skipped_row_outputs. */
+__device__ __forceinline__ bool target_bad(const fwd_params &p, int64_t y) {
+  return y != p.ignore_index && (y < 0 || y >= p.vocab);
+}
+
 /* Outputs of an ignored row (bad = 0) or of a row with a bad target (bad = 1,
  * unchecked mode only). */
 __device__ __forceinline__ void skipped_row_outputs(const fwd_params &p, int64_t row, bool bad) {

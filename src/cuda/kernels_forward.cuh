@@ -80,8 +80,8 @@ __global__ void __launch_bounds__(512, 1) fwd_oneread(const fwd_params p) {
   uint4 *vp = (uint4 *)(rowp + (int64_t)g.head * ES);
 
   const int64_t y64 = load_target(p.targets, p.target64, row);
-  const bool ignored = y64 == p.ignore_index;
-  const bool bad = !ignored && (y64 < 0 || y64 >= p.vocab);
+  const bool bad = target_bad(p, y64);
+  const bool ignored = !bad && y64 == p.ignore_index;
   if (ignored || bad) {
     /* Uniform over the cluster: no block touches distributed shared memory. */
     if (rank == 0 && tid == 0) skipped_row_outputs(p, row, bad);
@@ -295,8 +295,8 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
     const int j_begin = min((int)rank * chunk, g.nvec);
     const int j_end = min(j_begin + chunk, g.nvec);
 
-    const bool ignored = y64 == p.ignore_index;
-    const bool bad = !ignored && (y64 < 0 || y64 >= p.vocab);
+    const bool bad = target_bad(p, y64);
+    const bool ignored = !bad && y64 == p.ignore_index;
     if (ignored || bad) {
       /* Uniform over the cluster: no block touches distributed shared memory. */
       if (lead && tid == 0) skipped_row_outputs(p, row, bad);

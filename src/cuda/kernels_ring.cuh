@@ -152,8 +152,8 @@ __global__ void __launch_bounds__(1024, 1) fwd_ring(const fwd_params p) {
     char *rowp = p.x + row * p.stride_bytes;
     const int64_t y64 = y_next;
     if (k + 1 < my_rows) y_next = load_target(p.targets, p.target64, row + rg.clusters);
-    const bool ignored = y64 == p.ignore_index;
-    const bool bad = !ignored && (y64 < 0 || y64 >= p.vocab);
+    const bool bad = target_bad(p, y64);
+    const bool ignored = !bad && y64 == p.ignore_index;
     const bool skip = ignored || bad; /* the same in every block of the cluster */
     const int y = skip ? 0 : (int)y64;
     const bool lead = rank == 0 && tid == 0;

@@ -62,7 +62,7 @@ struct stream_ring {
  * target, unchecked mode, only get zeros.) */
 __device__ __forceinline__ bool stream_row_reads(const fwd_params &p, int64_t row) {
   const int64_t y = load_target(p.targets, p.target64, row);
-  return y != p.ignore_index && y >= 0 && y < p.vocab;
+  return y != p.ignore_index && !target_bad(p, y);
 }
 
 __device__ __forceinline__ void stream_next_row(const fwd_params &p, stream_ring &r) {
@@ -141,8 +141,8 @@ __global__ void __launch_bounds__(1024, 1) fwd_stream(const fwd_params p) {
     char *rowp = p.x + row * p.stride_bytes;
     uint4 *vp = (uint4 *)rowp + tid;
     const int64_t y64 = load_target(p.targets, p.target64, row);
-    const bool ignored = y64 == p.ignore_index;
-    const bool bad = !ignored && (y64 < 0 || y64 >= p.vocab);
+    const bool bad = target_bad(p, y64);
+    const bool ignored = !bad && y64 == p.ignore_index;
     if (ignored || bad) { /* no copies were issued for this row */
       if (tid == 0) skipped_row_outputs(p, row, bad);
       if (p.write_grad)
