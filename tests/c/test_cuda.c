@@ -401,6 +401,20 @@ static long not_launched(const char *kernel, int64_t V) {
   return 1;
 }
 
+/* One case of a forced-path sweep: case index k picks the reduction and,
+ * every other case, every feature at once (ties always, gradient as
+ * given); the case runs on the path `flags` forces and must have run
+ * `kernel`. */
+static long run_forced_case(xt_case *c, xt_rng *rng, int k, int grad, int flags,
+                            const char *tag, const char *kernel) {
+  c->reduction = REDS[k % 3];
+  c->ties = 1;
+  c->grad = grad;
+  if (k % 2) xt_everything(c);
+  long errors = cuda_run_case(c, rng, tag, flags);
+  return errors + not_launched(kernel, c->vocab);
+}
+
 /* The ring kernel (sm_90+, aligned rows; not the launch table's choice on
  * an H200, see bench/NOTES.md v4, but selectable) streams many rows through
  * each cluster: enough rows here that every cluster takes several, so the
@@ -426,13 +440,9 @@ static void test_cuda_ring_stream(void **state) {
       int64_t rows = V >= 200000 ? 160 : V >= 100000 ? 300 : 600;
       if (g_quick) rows /= 4;
       xt_case c = xt_case_default(DTYPES[shapes[i].d], rows, V);
-      c.reduction = REDS[(i + lsu) % 3];
       c.ignore_frac = 0.1;
-      c.ties = 1;
-      if ((i + lsu) % 2) xt_everything(&c);
       int flags = (lsu ? RUN_RING_LSU : RUN_RING) | (i < 2 ? RUN_COMPARE_CPU : 0);
-      errors += cuda_run_case(&c, &rng, "cuda ring stream", flags);
-      errors += not_launched("ring", V);
+      errors += run_forced_case(&c, &rng, i + lsu, 1, flags, "cuda ring stream", "ring");
     }
   }
   assert_int_equal(errors, 0);
@@ -464,16 +474,11 @@ static void test_cuda_stream(void **state) {
       int64_t rows = V >= 200000 ? 200 : V >= 100000 ? 300 : 700;
       if (g_quick) rows /= 4;
       xt_case c = xt_case_default(DTYPES[shapes[i].d], rows, V);
-      c.reduction = REDS[(i + grad) % 3];
       c.ignore_frac = 0.1;
-      c.ties = 1;
-      c.grad = grad;
-      if ((i + grad) % 2) xt_everything(&c);
       g_stream_threads = shapes[i].threads;
       g_stream_slots = shapes[i].slots;
       int flags = RUN_STREAM | (i < 3 ? RUN_COMPARE_CPU : 0);
-      errors += cuda_run_case(&c, &rng, "cuda stream", flags);
-      errors += not_launched("stream", V);
+      errors += run_forced_case(&c, &rng, i + grad, grad, flags, "cuda stream", "stream");
     }
   }
   assert_int_equal(errors, 0);
@@ -513,16 +518,11 @@ static void test_cuda_keep(void **state) {
       xt_case c = xt_case_default(DTYPES[shapes[i].d], rows_for(V) / 2 + 3, V);
       c.stride = shapes[i].stride;
       c.offset = shapes[i].offset;
-      c.reduction = REDS[(i + grad) % 3];
-      c.ties = 1;
-      c.grad = grad;
-      if ((i + grad) % 2) xt_everything(&c);
       g_keep_cluster = shapes[i].cluster;
       g_keep_threads = shapes[i].threads;
       g_keep_vecs = shapes[i].vecs;
       int flags = RUN_KEEP | (i < 3 ? RUN_COMPARE_CPU : 0);
-      errors += cuda_run_case(&c, &rng, "cuda keep", flags);
-      errors += not_launched("keep", V);
+      errors += run_forced_case(&c, &rng, i + grad, grad, flags, "cuda keep", "keep");
     }
   }
   assert_int_equal(errors, 0);
