@@ -182,11 +182,12 @@ __global__ void __launch_bounds__(512, 1) fwd_oneread(const fwd_params p) {
 /* Two reads: a row per block or per cluster, any V                           */
 /* ------------------------------------------------------------------------ */
 
-/* Pass 1 leaves the row in L2 (a plain, cache-all load) so that pass 2, a
- * moment later, re-reads it from L2 rather than HBM; pass 2 reads and writes
- * with evict-first hints so that the gradient does not push other rows out.
- * Only part of pass 2 hits L2 (bench/NOTES.md v2 and v3); the more rows in
- * flight per SM, the less. */
+/* Pass 1 leaves the row in L2 (a plain, cache-all load, or with p.l2_hint an
+ * evict-last policy) so that pass 2, a moment later, re-reads it from L2
+ * rather than HBM; pass 2 reads (evict-first) and writes with streaming hints
+ * so that the gradient does not push other rows out. Only about half of
+ * pass 2 hits L2 (bench/NOTES.md v2, v3, v7 and the profile after v7); the
+ * more rows in flight per SM, the less. */
 
 constexpr int kTwoReadUnroll = XENT_TWOREAD_UNROLL;
 

@@ -30,7 +30,9 @@
  *   two-read  (fwd_tworead): a row per cluster of `cluster` blocks of
  *             `threads` threads (cluster 1: a row per block, any GPU), any V,
  *             any alignment. Pass 1 reads the row, pass 2 re-reads it (partly
- *             from L2) and writes the gradient. Also the forward-without-
+ *             from L2) and writes the gradient; with `hint`, under L2
+ *             eviction policies (pass 1 evict-last, pass 2 evict-first).
+ *             Also the forward-without-
  *             gradient kernel on every GPU (pass 1 alone), where one read is
  *             the floor.
  */
