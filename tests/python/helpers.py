@@ -4,6 +4,30 @@ from __future__ import annotations
 
 import numpy as np
 
+REDUCTIONS = ["mean", "sum", "none"]
+
+# The option sets every parity test runs: each feature alone and the pairs
+# that interact (a real class as ignore_index, weights with smoothing, the
+# z-loss and the softcap with the others). "weight": True asks the test for
+# a random weight vector.
+FEATURES = {
+    "plain": {},
+    "weight": {"weight": True},
+    "smoothing": {"label_smoothing": 0.1},
+    "weight+smoothing": {"weight": True, "label_smoothing": 0.2},
+    "ignore_real_class": {"ignore_index": 5},
+    "weight+smoothing+ignore_real_class": {"weight": True, "label_smoothing": 0.1,
+                                           "ignore_index": 2},
+    "zloss": {"lse_square_scale": 1e-2},
+    "zloss+smoothing": {"lse_square_scale": 1e-2, "label_smoothing": 0.1},
+    "zloss+weight": {"lse_square_scale": 1e-2, "weight": True},
+    "softcap": {"softcap": 4.0},
+    "softcap+weight": {"softcap": 4.0, "weight": True},
+    "softcap+smoothing": {"softcap": 4.0, "label_smoothing": 0.1},
+    "everything": {"weight": True, "label_smoothing": 0.1, "lse_square_scale": 1e-3,
+                   "softcap": 8.0, "ignore_index": 3},
+}
+
 
 def f32_to_bf16_bits(a) -> np.ndarray:
     """Round float32 values to bfloat16 (nearest even), as uint16 bit patterns."""

@@ -7,24 +7,12 @@ import pytest
 
 import xent
 import xent.numpy as xn
-from helpers import bf16_bits_to_f64, f32_to_bf16_bits, make_logits, make_targets, make_weight
+from helpers import (FEATURES, REDUCTIONS, bf16_bits_to_f64, f32_to_bf16_bits, make_logits,
+                     make_targets, make_weight)
 from reference import cross_entropy_ref
 from tolerances import assert_close, tol
 
 DTYPES = ["float32", "float16", "bfloat16"]
-REDUCTIONS = ["mean", "sum", "none"]
-FEATURES = {
-    "plain": {},
-    "weight": {"weight": True},
-    "smoothing": {"label_smoothing": 0.1},
-    "weight+smoothing": {"weight": True, "label_smoothing": 0.2},
-    "zloss": {"lse_square_scale": 1e-2},
-    "softcap": {"softcap": 4.0},
-    "softcap+weight": {"softcap": 4.0, "weight": True},
-    "everything": {"weight": True, "label_smoothing": 0.1, "lse_square_scale": 1e-3,
-                   "softcap": 8.0},
-    "ignore_real_class": {"ignore_index": 5},
-}
 
 
 def to_dtype(x32, dtype):

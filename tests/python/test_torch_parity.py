@@ -16,29 +16,11 @@ import torch.nn.functional as F  # noqa: E402
 
 import xent  # noqa: E402
 import xent.torch as xt  # noqa: E402
-from helpers import make_logits, make_targets, make_weight  # noqa: E402
+from helpers import FEATURES, REDUCTIONS, make_logits, make_targets, make_weight  # noqa: E402
 from reference import cross_entropy_ref  # noqa: E402
 from tolerances import assert_close, tol, with_cancellation  # noqa: E402
 from torch_helpers import DEVICES, DTYPES, f64, tensor  # noqa: E402
 
-REDUCTIONS = ["mean", "sum", "none"]
-FEATURES = {
-    "plain": {},
-    "weight": {"weight": True},
-    "smoothing": {"label_smoothing": 0.1},
-    "weight+smoothing": {"weight": True, "label_smoothing": 0.2},
-    "ignore_real_class": {"ignore_index": 5},
-    "weight+smoothing+ignore_real_class": {"weight": True, "label_smoothing": 0.1,
-                                           "ignore_index": 2},
-    "zloss": {"lse_square_scale": 1e-2},
-    "zloss+smoothing": {"lse_square_scale": 1e-2, "label_smoothing": 0.1},
-    "zloss+weight": {"lse_square_scale": 1e-2, "weight": True},
-    "softcap": {"softcap": 4.0},
-    "softcap+weight": {"softcap": 4.0, "weight": True},
-    "softcap+smoothing": {"softcap": 4.0, "label_smoothing": 0.1},
-    "everything": {"weight": True, "label_smoothing": 0.1, "lse_square_scale": 1e-3,
-                   "softcap": 8.0, "ignore_index": 3},
-}
 TORCH_HAS = {"weight", "label_smoothing", "ignore_index"}
 
 
