@@ -1432,8 +1432,7 @@ int main(int argc, char **argv) {
           r.mem_bytes = x_bytes + (double)p->bt * 8.0 + 4.0 + (double)g.workspace_bytes;
           emit_result(&csv, 1, p, dt, m, &r, extra);
           measured++;
-          if (m == MODE_FORWARD || m == MODE_FORWARD_NOGRAD)
-          {
+          if (m == MODE_FORWARD || m == MODE_FORWARD_NOGRAD) {
             printf("  launch: %s\n", xent_tune_last_launch());
             fflush(stdout);
           }

@@ -185,6 +185,8 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
       ok = ok && o.cluster <= XENT_MAX_CLUSTER && (o.cluster == 1 || dp->sm_major >= 9);
       if (o.path == XENT_PATH_KEEP)
         ok = ok && xent_keep_fits(&o, es, c->in.vocab, dp->smem_optin);
+      if (o.hint) /* L2 policies: sm_80+ (only path 1 sets it) */
+        ok = ok && dp->sm_major >= 8;
       if (o.path == XENT_PATH_ONEREAD)
         ok = ok && o.threads <= XENT_MAX_ONEREAD_THREADS &&
              (o.vecs == 2 || o.vecs == 4 || o.vecs == 8 || o.vecs == 16) &&
@@ -315,7 +317,7 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     return xent_fail(XENT_ERROR_UNSUPPORTED, "rows = %lld is more than one launch can hold",
                      (long long)p.rows);
   }
-  p.l2_hint = l.path == XENT_PATH_TWOREAD && l.hint && dp->sm_major >= 8;
+  p.l2_hint = l.hint;
   cfg.gridDim = dim3((unsigned)blocks, 1, 1);
   cfg.blockDim = dim3((unsigned)l.threads, 1, 1);
   cfg.stream = stream;

@@ -384,10 +384,15 @@ static void test_cuda_vocab_sizes(void **state) {
   assert_int_equal(errors, 0);
 }
 
+/* Is device 0 of compute capability `major` or newer? */
+static int has_sm(int major) {
+  xent_device_info info;
+  return xent_get_device_info(0, &info) == XENT_OK && info.sm_major >= major;
+}
+
 /* Skip the test below compute capability `major`. */
 static void require_sm(int major, const char *what) {
-  xent_device_info info;
-  if (xent_get_device_info(0, &info) != XENT_OK || info.sm_major < major) {
+  if (!has_sm(major)) {
     print_message("%s needs sm_%d0 or newer\n", what, major);
     skip();
   }
@@ -511,10 +516,7 @@ static void test_cuda_keep(void **state) {
     for (int grad = 0; grad < 2; grad++) {
       if (g_quick && (i + grad) % 2) continue;
       int64_t V = shapes[i].V;
-      if (shapes[i].cluster > 1) {
-        xent_device_info info;
-        if (xent_get_device_info(0, &info) != XENT_OK || info.sm_major < 9) continue;
-      }
+      if (shapes[i].cluster > 1 && !has_sm(9)) continue; /* clusters need sm_90 */
       xt_case c = xt_case_default(DTYPES[shapes[i].d], rows_for(V) / 2 + 3, V);
       c.stride = shapes[i].stride;
       c.offset = shapes[i].offset;
