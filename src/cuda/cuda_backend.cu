@@ -118,7 +118,7 @@ void leave_device(const device_scope *s) {
 /* Tuning override (xent-bench --tune)                                       */
 /* ------------------------------------------------------------------------ */
 
-xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 int g_override_on = 0;
 thread_local char g_last_launch[96] = "none";
 
@@ -139,23 +139,33 @@ fwd_kernel pick_oneread(int vecs) {
   return nullptr;
 }
 
+/* The two-read kernel (BUF: kBufKeep for the keep path, kBufPipe for the
+ * pipe path): the general one (weights, softcap) always folds the statistics
+ * flags; the plain one only with `stats`. */
+template <typename T, int BUF>
+fwd_kernel pick_tworead(bool general, bool stats) {
+  if (general) return fwd_tworead<T, true, BUF, true>;
+  return stats ? fwd_tworead<T, false, BUF, true> : fwd_tworead<T, false, BUF, false>;
+}
+
 template <typename T>
-fwd_kernel pick_kernel(const xent_launch &l, bool general) {
+fwd_kernel pick_kernel(const xent_launch &l, bool general, bool stats) {
   switch (l.path) {
     case XENT_PATH_RING: return general ? fwd_ring<T, true> : fwd_ring<T, false>;
     case XENT_PATH_STREAM: return general ? fwd_stream<T, true> : fwd_stream<T, false>;
     case XENT_PATH_ONEREAD:
       return general ? pick_oneread<T, true>(l.vecs) : pick_oneread<T, false>(l.vecs);
-    case XENT_PATH_KEEP: return general ? fwd_tworead<T, true, true> : fwd_tworead<T, false, true>;
+    case XENT_PATH_KEEP: return pick_tworead<T, kBufKeep>(general, stats);
+    case XENT_PATH_PIPE: return pick_tworead<T, kBufPipe>(general, stats);
   }
-  return general ? fwd_tworead<T, true, false> : fwd_tworead<T, false, false>;
+  return pick_tworead<T, kBufNone>(general, stats);
 }
 
-fwd_kernel pick_kernel_dtype(xent_dtype dt, const xent_launch &l, bool general) {
+fwd_kernel pick_kernel_dtype(xent_dtype dt, const xent_launch &l, bool general, bool stats) {
   switch (dt) {
-    case XENT_FLOAT32: return pick_kernel<float>(l, general);
-    case XENT_BFLOAT16: return pick_kernel<__nv_bfloat16>(l, general);
-    case XENT_FLOAT16: return pick_kernel<__half>(l, general);
+    case XENT_FLOAT32: return pick_kernel<float>(l, general, stats);
+    case XENT_BFLOAT16: return pick_kernel<__nv_bfloat16>(l, general, stats);
+    case XENT_FLOAT16: return pick_kernel<__half>(l, general, stats);
   }
   return nullptr;
 }
@@ -185,6 +195,7 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
       ok = ok && o.cluster <= XENT_MAX_CLUSTER && (o.cluster == 1 || dp->sm_major >= 9);
       if (o.path == XENT_PATH_KEEP)
         ok = ok && xent_keep_fits(&o, es, c->in.vocab, dp->smem_optin);
+      if (o.path == XENT_PATH_PIPE) ok = ok && xent_pipe_fits(&o, dp->sm_major, dp->smem_optin);
       if (o.hint) /* L2 policies: sm_80+ (only path 1 sets it) */
         ok = ok && dp->sm_major >= 8;
       if (o.path == XENT_PATH_ONEREAD)
@@ -275,7 +286,8 @@ xent_status resident_units(fwd_kernel k, const xent_launch &l, const dev_props *
 
 xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype dt, bool general,
                            fwd_params p, cudaStream_t stream) {
-  fwd_kernel k = pick_kernel_dtype(dt, l, general);
+  const bool stats = p.need_argmax || p.k.smoothing || l.stats;
+  fwd_kernel k = pick_kernel_dtype(dt, l, general, stats);
   if (!k) return xent_fail(XENT_ERROR_UNSUPPORTED, "no kernel for vecs = %d", l.vecs);
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
@@ -311,6 +323,15 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     if (st) return st;
     blocks = (p.rows < resident ? p.rows : resident) * (int64_t)l.cluster;
     cfg.dynamicSmemBytes = (size_t)smem;
+  } else if (l.path == XENT_PATH_PIPE) {
+    p.pipe_groups = l.slots;
+    const int smem = (int)xent_pipe_smem(&l);
+    int resident = 0;
+    xent_status st =
+        resident_units(k, l, dp, smem, dp->smem_optin - XENT_TWOREAD_STATIC_SMEM, &resident);
+    if (st) return st;
+    blocks = (p.rows < resident ? p.rows : resident) * (int64_t)l.cluster;
+    cfg.dynamicSmemBytes = (size_t)smem;
   }
   if ((l.path == XENT_PATH_TWOREAD || l.path == XENT_PATH_ONEREAD) &&
       p.rows > 0x7fffffffLL / l.cluster) {
@@ -327,6 +348,7 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
                      : l.path == XENT_PATH_ONEREAD ? "one-read"
                      : l.path == XENT_PATH_STREAM  ? "stream"
                      : l.path == XENT_PATH_KEEP    ? "keep"
+                     : l.path == XENT_PATH_PIPE    ? "pipe"
                                                    : "two-read";
   if (l.path == XENT_PATH_STREAM)
     snprintf(g_last_launch, sizeof g_last_launch, "%s threads=%d slots=%d grid=%lld%s", name,
@@ -338,9 +360,14 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     snprintf(g_last_launch, sizeof g_last_launch,
              "%s cluster=%d threads=%d smem_vecs=%d grid=%lld%s", name, l.cluster, l.threads,
              p.keep_vecs, (long long)blocks, general ? " general" : "");
+  else if (l.path == XENT_PATH_PIPE)
+    snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d ahead=%d grid=%lld%s%s",
+             name, l.cluster, l.threads, l.slots, (long long)blocks, stats ? " stats" : "",
+             general ? " general" : "");
   else
-    snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d vecs=%d%s%s", name,
-             l.cluster, l.threads, l.vecs, p.l2_hint ? " l2-hint" : "", general ? " general" : "");
+    snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d vecs=%d%s%s%s", name,
+             l.cluster, l.threads, l.vecs, p.l2_hint ? " l2-hint" : "", stats ? " stats" : "",
+             general ? " general" : "");
   return XENT_OK;
 }
 
@@ -631,18 +658,22 @@ xent_status xent_cuda_backward(const xent_scale_call *c) {
 }
 
 void xent_tune_override(int path, int cluster, int threads, int size) {
-  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0, 0};
-  if (path == XENT_PATH_TWOREAD) o.hint = size;
+  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0, 0, 0};
+  if (path == XENT_PATH_TWOREAD) {
+    o.hint = size & 1;
+    o.stats = (size >> 1) & 1;
+  }
   if (path == XENT_PATH_ONEREAD) o.vecs = size;
   if (path == XENT_PATH_KEEP) o.keep = size;
-  if (path == XENT_PATH_RING || path == XENT_PATH_RING + 1 || path == XENT_PATH_STREAM)
+  if (path == XENT_PATH_RING || path == XENT_PATH_RING + 1 || path == XENT_PATH_STREAM ||
+      path == XENT_PATH_PIPE)
     o.slots = size;
   if (path == XENT_PATH_RING + 1) { /* 4: the ring with per-thread copies */
     o.path = XENT_PATH_RING;
     o.lsu = 1;
   }
   g_override = o;
-  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_KEEP;
+  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_PIPE;
 }
 
 const char *xent_tune_last_launch(void) { return g_last_launch; }

@@ -23,10 +23,16 @@
  *             16-byte vectors. Capacity per row: cluster * threads * vecs * 16
  *             bytes. Needs sm_90+ for cluster > 1; a cluster of 1 runs anywhere.
  *   keep      (fwd_tworead with KEEP): the two-read kernel, except that each
- *             thread holds its first XENT_TWOREAD_UNROLL vectors of the row in
- *             registers and up to `keep` more in shared memory from pass 1
- *             to pass 2, which re-reads only the rest. Any GPU, any
- *             alignment; clusters as for two-read.
+ *             thread holds its first `keep` vectors of the row (at most) in
+ *             shared memory from pass 1 to pass 2, which re-reads only the
+ *             rest. A persistent grid. Any GPU, any alignment; clusters as
+ *             for two-read.
+ *   pipe      (fwd_tworead with PIPE, sm_80+): the two-read kernel, except
+ *             that pass 1 reads through a per-thread ring in shared memory
+ *             fed by asynchronous copies, `slots` groups of
+ *             XENT_TWOREAD_UNROLL vectors ahead of the group being folded
+ *             (more bytes in flight than registers hold). A persistent grid.
+ *             Any alignment; clusters as for two-read.
  *   two-read  (fwd_tworead): a row per cluster of `cluster` blocks of
  *             `threads` threads (cluster 1: a row per block, any GPU), any V,
  *             any alignment. Pass 1 reads the row, pass 2 re-reads it (partly
@@ -44,7 +50,8 @@ enum {
   XENT_PATH_ONEREAD = 2,
   XENT_PATH_RING = 3,
   XENT_PATH_STREAM = 5,
-  XENT_PATH_KEEP = 6
+  XENT_PATH_KEEP = 6,
+  XENT_PATH_PIPE = 7
 };
 
 typedef struct xent_launch {
@@ -53,13 +60,17 @@ typedef struct xent_launch {
   int threads;     /* threads per block                                   */
   int vecs;        /* one-read: 16-byte vectors per thread                */
   int slots;       /* ring: shared-memory chunks per block; stream: 16-byte
-                      slots per thread                                    */
+                      slots per thread; pipe: groups in flight ahead      */
   int chunk_vecs;  /* ring: 16-byte vectors per chunk                     */
   int lsu;         /* ring: per-thread 16-byte copies, not bulk copies    */
   int keep;        /* keep: at most this many 16-byte vectors per thread
                       held in shared memory between the passes            */
   int hint;        /* two-read with a gradient: L2 eviction policies, pass 1
                       evict-last and pass 2 evict-first (sm_80+)          */
+  int stats;       /* two-read and keep: the kernel that reads the statistics
+                      flags (accuracy, smoothing) at run time even when the
+                      call needs none; only xent_tune_override sets it, to
+                      measure what the plain kernel saves               */
 } xent_launch;
 
 enum {
@@ -70,17 +81,15 @@ enum {
   XENT_STREAM_MAX_SLOTS = 16,
   XENT_STREAM_STATIC_SMEM = 1024, /* fwd_stream's reduction scratch, rounded up */
   XENT_TWOREAD_STATIC_SMEM = 1024, /* fwd_tworead's reduction scratch, rounded up */
-  XENT_TWOREAD_UNROLL = 4          /* vectors per thread per iteration (and held in
-                                      registers by the keep path)                 */
+  XENT_TWOREAD_UNROLL = 4          /* vectors per thread per iteration          */
 };
 
 /* Vectors per thread the keep path holds in shared memory for rows of V
- * elements of `es` bytes: what the thread's share of its block's slice needs
- * beyond its registers, at most l->keep. */
+ * elements of `es` bytes: the thread's share of its block's slice, at most
+ * l->keep. */
 static inline int xent_keep_vecs(const xent_launch *l, int es, long long vocab) {
   long long nvec = vocab * es / 16, slice = (nvec + l->cluster - 1) / l->cluster;
-  long long per_thread = (slice + l->threads - 1) / l->threads - XENT_TWOREAD_UNROLL;
-  if (per_thread < 0) per_thread = 0;
+  long long per_thread = (slice + l->threads - 1) / l->threads;
   return per_thread < l->keep ? (int)per_thread : l->keep;
 }
 
@@ -89,6 +98,22 @@ static inline int xent_keep_fits(const xent_launch *l, int es, long long vocab, 
   return l->keep >= 0 && (long long)xent_keep_vecs(l, es, vocab) * l->threads * 16 +
                                  XENT_TWOREAD_STATIC_SMEM <=
                              smem_optin;
+}
+
+/* Most groups a pipe-path thread may have in flight ahead of the one it
+ * folds (cp.async.wait_group takes the count as an immediate; 3 keeps a
+ * 1024-thread block's ring within 256 KB). */
+enum { XENT_PIPE_MAX_AHEAD = 3 };
+
+/* Shared memory of the pipe path's ring: slots + 1 groups per thread. */
+static inline long long xent_pipe_smem(const xent_launch *l) {
+  return (long long)(l->slots + 1) * XENT_TWOREAD_UNROLL * l->threads * 16;
+}
+
+/* Can the pipe path run with this configuration? */
+static inline int xent_pipe_fits(const xent_launch *l, int sm_major, int smem_optin) {
+  return sm_major >= 8 && l->slots >= 1 && l->slots <= XENT_PIPE_MAX_AHEAD &&
+         xent_pipe_smem(l) + XENT_TWOREAD_STATIC_SMEM <= smem_optin;
 }
 
 /* Does a one-read configuration hold every row of V elements of `es` bytes,
@@ -135,7 +160,7 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
                                     int aligned) {
   for (int pass = 0; pass < 2; pass++) {
     for (int K = 1; K <= XENT_MAX_CLUSTER; K++) {
-      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0, 0, 0};
+      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0, 0, 0, 0};
       long long chunks = xent_ring_chunks(vocab, es, K, XENT_RING_CHUNK_VECS);
       if (pass == 0 && chunks * 8 > (long long)slots * 5) continue;
       if (xent_ring_fits(&r, sm_major, es, vocab, aligned)) return K;
@@ -147,7 +172,7 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
 /* The table. sm_major: compute capability major; es: element bytes. */
 static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab,
                                            int write_grad) {
-  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0, 0};
+  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0, 0, 0};
   long long row_bytes = vocab * es;
 
   if (!write_grad) {

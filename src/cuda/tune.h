@@ -14,8 +14,10 @@ extern "C" {
 
 /* Force the launch of the next CUDA forward_grad calls of this process.
  * path 1: the two-read kernel, a row per cluster of `cluster` blocks (0 or
- *         1: a row per block) of `threads` threads; size 1: with L2
- *         eviction policies (pass 1 evict-last, pass 2 evict-first).
+ *         1: a row per block) of `threads` threads; size bit 0 (1): with L2
+ *         eviction policies (pass 1 evict-last, pass 2 evict-first); size
+ *         bit 1 (2): the kernel that reads the statistics flags at run time
+ *         even when the call needs none (what the plain kernel saves).
  * path 2: the one-read kernel, clusters of `cluster` blocks of `threads`
  *         threads, each thread holding `size` 16-byte vectors of the row.
  * path 3: the ring kernel (sm_90+, aligned rows), clusters of `cluster`
@@ -26,10 +28,14 @@ extern "C" {
  *         blocks of `threads` threads, each thread with a ring of `size`
  *         16-byte slots; cluster unused.
  * path 6: the two-read kernel holding the row on chip between its passes
- *         (any GPU; cluster > 1 needs sm_90+): each thread keeps its first 4
- *         16-byte vectors in registers and up to `size` more in shared
- *         memory; only the rest is read again.
- * Paths 1, 2, 5 and 6 also apply to forward calls without a gradient.
+ *         (any GPU; cluster > 1 needs sm_90+): each thread keeps its first
+ *         `size` 16-byte vectors (at most) in shared memory; only the rest is
+ *         read again. A persistent grid.
+ * path 7: the two-read kernel whose pass 1 reads through a per-thread ring
+ *         in shared memory (sm_80+): `size` (1 to 3) groups of 4 16-byte
+ *         vectors in flight ahead of the group being folded. A persistent
+ *         grid.
+ * Paths 1, 2, 5, 6 and 7 also apply to forward calls without a gradient.
  * path 0: back to the launch table. A configuration that cannot run the
  * call fails it with XENT_ERROR_UNSUPPORTED. */
 XENT_API void xent_tune_override(int path, int cluster, int threads, int size);
