@@ -843,15 +843,14 @@ static const int64_t tune_vocab_values[] = {32000, 50304, 128256, 152064, 262144
  * xent_tune_override takes them. Path 1 two-read (a row per cluster of
  * `cluster` blocks; size bit 0: L2 eviction policies, bit 1: the kernel that
  * reads the statistics flags at run time), 6 keep (two-read holding each
- * thread's first `size` vectors in shared memory), 7 pipe (pass 1 through a
- * shared-memory ring, `size` groups ahead). The one-read (2), ring
+ * thread's first `size` vectors in shared memory). The one-read (2), ring
  * (3, 4) and stream (5) kernels lost to two-read at every size measured
  * (bench/NOTES.md v1, v4, v5) and are left out of the sweep;
  * xent_tune_override still runs them. */
 static const int tune_candidates[][4] = {
-    {1, 1, 256, 0},  {1, 1, 512, 0},  {1, 1, 1024, 0}, {1, 1, 512, 2},   {1, 1, 1024, 3},
-    {1, 1, 512, 1},  {1, 1, 1024, 1}, {6, 1, 256, 13}, {6, 1, 512, 13},  {6, 1, 1024, 14},
-    {7, 1, 256, 2},  {7, 1, 512, 1},  {7, 1, 512, 2},  {7, 1, 1024, 1},  {7, 1, 1024, 2}};
+    {1, 1, 256, 0},  {1, 1, 512, 0},   {1, 1, 1024, 0}, {1, 1, 512, 2},
+    {1, 1, 1024, 3}, {1, 1, 512, 1},   {1, 1, 1024, 1}, {6, 1, 256, 13},
+    {6, 1, 512, 13}, {6, 1, 1024, 14}, {6, 1, 512, 0},  {6, 1, 1024, 0}};
 
 typedef struct tune_ref {
   float loss;
@@ -1008,7 +1007,6 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
                        (sz & 1) ? " l2-hint" : "", (sz & 2) ? " stats" : "");
             else if (pa == 6)
               snprintf(name, sizeof name, "keep cluster=%d threads=%d smem<=%d", cl, th, sz);
-            else if (pa == 7) snprintf(name, sizeof name, "pipe threads=%d ahead=%d", th, sz);
             else if (pa == 5) snprintf(name, sizeof name, "stream threads=%d slots=%d", th, sz);
             else if (pa == 2)
               snprintf(name, sizeof name, "one-read cluster=%d threads=%d vecs=%d", cl, th, sz);

@@ -139,13 +139,13 @@ fwd_kernel pick_oneread(int vecs) {
   return nullptr;
 }
 
-/* The two-read kernel (BUF: kBufKeep for the keep path, kBufPipe for the
- * pipe path): the general one (weights, softcap) always folds the statistics
- * flags; the plain one only with `stats`. */
-template <typename T, int BUF>
+/* The two-read kernel (with KEEP the keep path): the general one (weights,
+ * softcap) always folds the statistics flags; the plain one only with
+ * `stats`. */
+template <typename T, bool KEEP>
 fwd_kernel pick_tworead(bool general, bool stats) {
-  if (general) return fwd_tworead<T, true, BUF, true>;
-  return stats ? fwd_tworead<T, false, BUF, true> : fwd_tworead<T, false, BUF, false>;
+  if (general) return fwd_tworead<T, true, KEEP, true>;
+  return stats ? fwd_tworead<T, false, KEEP, true> : fwd_tworead<T, false, KEEP, false>;
 }
 
 template <typename T>
@@ -155,10 +155,9 @@ fwd_kernel pick_kernel(const xent_launch &l, bool general, bool stats) {
     case XENT_PATH_STREAM: return general ? fwd_stream<T, true> : fwd_stream<T, false>;
     case XENT_PATH_ONEREAD:
       return general ? pick_oneread<T, true>(l.vecs) : pick_oneread<T, false>(l.vecs);
-    case XENT_PATH_KEEP: return pick_tworead<T, kBufKeep>(general, stats);
-    case XENT_PATH_PIPE: return pick_tworead<T, kBufPipe>(general, stats);
+    case XENT_PATH_KEEP: return pick_tworead<T, true>(general, stats);
   }
-  return pick_tworead<T, kBufNone>(general, stats);
+  return pick_tworead<T, false>(general, stats);
 }
 
 fwd_kernel pick_kernel_dtype(xent_dtype dt, const xent_launch &l, bool general, bool stats) {
@@ -195,7 +194,6 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
       ok = ok && o.cluster <= XENT_MAX_CLUSTER && (o.cluster == 1 || dp->sm_major >= 9);
       if (o.path == XENT_PATH_KEEP)
         ok = ok && xent_keep_fits(&o, es, c->in.vocab, dp->smem_optin);
-      if (o.path == XENT_PATH_PIPE) ok = ok && xent_pipe_fits(&o, dp->sm_major, dp->smem_optin);
       if (o.hint) /* L2 policies: sm_80+ (only path 1 sets it) */
         ok = ok && dp->sm_major >= 8;
       if (o.path == XENT_PATH_ONEREAD)
@@ -323,15 +321,6 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     if (st) return st;
     blocks = (p.rows < resident ? p.rows : resident) * (int64_t)l.cluster;
     cfg.dynamicSmemBytes = (size_t)smem;
-  } else if (l.path == XENT_PATH_PIPE) {
-    p.pipe_groups = l.slots;
-    const int smem = (int)xent_pipe_smem(&l);
-    int resident = 0;
-    xent_status st =
-        resident_units(k, l, dp, smem, dp->smem_optin - XENT_TWOREAD_STATIC_SMEM, &resident);
-    if (st) return st;
-    blocks = (p.rows < resident ? p.rows : resident) * (int64_t)l.cluster;
-    cfg.dynamicSmemBytes = (size_t)smem;
   }
   if ((l.path == XENT_PATH_TWOREAD || l.path == XENT_PATH_ONEREAD) &&
       p.rows > 0x7fffffffLL / l.cluster) {
@@ -348,7 +337,6 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
                      : l.path == XENT_PATH_ONEREAD ? "one-read"
                      : l.path == XENT_PATH_STREAM  ? "stream"
                      : l.path == XENT_PATH_KEEP    ? "keep"
-                     : l.path == XENT_PATH_PIPE    ? "pipe"
                                                    : "two-read";
   if (l.path == XENT_PATH_STREAM)
     snprintf(g_last_launch, sizeof g_last_launch, "%s threads=%d slots=%d grid=%lld%s", name,
@@ -360,10 +348,6 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     snprintf(g_last_launch, sizeof g_last_launch,
              "%s cluster=%d threads=%d smem_vecs=%d grid=%lld%s", name, l.cluster, l.threads,
              p.keep_vecs, (long long)blocks, general ? " general" : "");
-  else if (l.path == XENT_PATH_PIPE)
-    snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d ahead=%d grid=%lld%s%s",
-             name, l.cluster, l.threads, l.slots, (long long)blocks, stats ? " stats" : "",
-             general ? " general" : "");
   else
     snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d vecs=%d%s%s%s", name,
              l.cluster, l.threads, l.vecs, p.l2_hint ? " l2-hint" : "", stats ? " stats" : "",
@@ -665,15 +649,14 @@ void xent_tune_override(int path, int cluster, int threads, int size) {
   }
   if (path == XENT_PATH_ONEREAD) o.vecs = size;
   if (path == XENT_PATH_KEEP) o.keep = size;
-  if (path == XENT_PATH_RING || path == XENT_PATH_RING + 1 || path == XENT_PATH_STREAM ||
-      path == XENT_PATH_PIPE)
+  if (path == XENT_PATH_RING || path == XENT_PATH_RING + 1 || path == XENT_PATH_STREAM)
     o.slots = size;
   if (path == XENT_PATH_RING + 1) { /* 4: the ring with per-thread copies */
     o.path = XENT_PATH_RING;
     o.lsu = 1;
   }
   g_override = o;
-  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_PIPE;
+  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_KEEP;
 }
 
 const char *xent_tune_last_launch(void) { return g_last_launch; }

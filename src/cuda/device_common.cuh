@@ -47,8 +47,6 @@ struct fwd_params {
   int ring_lsu;            /* fwd_ring: per-thread copies instead of bulk ones  */
   int keep_vecs;           /* fwd_tworead<KEEP>: 16-byte vectors per thread held
                               in shared memory between the passes             */
-  int pipe_groups;         /* fwd_tworead<PIPE>: groups of 16-byte vectors each
-                              thread has in flight ahead of the one it folds   */
   int l2_hint;             /* fwd_tworead with a gradient: pass 1 loads evict-last,
                               pass 2 evict-first (L2 policies, sm_80+)        */
   const void *targets;

@@ -17,11 +17,6 @@
  *   * 16 bytes). Pass 2 re-reads only the rest, the row's tail, which pass 1
  *   read last. When the row fits, HBM traffic is the floor (read V, write V)
  *   with no L2 re-read at all.
- *   With PIPE (sm_80+), pass 1 reads through a per-thread ring in shared
- *   memory instead of registers: asynchronous copies of the thread's next
- *   p.pipe_groups groups of kTwoReadUnroll vectors are in flight while it
- *   folds the current group, so a thread has up to four times the bytes in
- *   flight that its registers allow (bench/NOTES.md v8).
  *   STATS: the max pass folds the statistics that accuracy, predicted tokens
  *   and label smoothing need (chosen per call at run time). Without it the
  *   kernel is the plain (max, sum) one, which keeps its 64 registers free of
@@ -32,7 +27,6 @@
 
 #include "cuda/device_common.cuh"
 #include "cuda/launch_table.h"
-#include "cuda/sm80.cuh"
 #include "cuda/sm90.cuh"
 
 namespace xent {
@@ -201,68 +195,22 @@ __global__ void __launch_bounds__(512, 1) fwd_oneread(const fwd_params p) {
 
 constexpr int kTwoReadUnroll = XENT_TWOREAD_UNROLL;
 
-/* What fwd_tworead holds in its dynamic shared memory. */
-enum { kBufNone = 0, kBufKeep = 1, kBufPipe = 2 };
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-/* PIPE: copy group `gi` of this thread's vectors (its vectors number
- * gi * U .. gi * U + U - 1 of the `ni` it has, vector i at vp[first + i * nt])
- * into ring slot gi % slots, and close the group (empty past the end). */
-__device__ __forceinline__ void pipe_issue(uint4 *ring, const uint4 *vp, int first, int ni,
-                                           int gi, int slots) {
-  constexpr int U = kTwoReadUnroll;
-  const int nt = blockDim.x;
-  uint4 *slot = ring + (gi % slots) * U * nt + threadIdx.x;
-#pragma unroll
-  for (int u = 0; u < U; u++) {
-    const int i = gi * U + u;
-    if (i < ni) copy16_async(slot + u * nt, vp + first + (int64_t)i * nt);
-  }
-  copies_commit();
-}
-#endif
-
 /* Pass 1 over vectors [j_begin, j_end) (and the extra elements when
  * do_extras): an online (max, sum) and the max-pass statistics. With KEEP,
  * the thread's first `ks_vecs` vectors go to shared memory `ks` (vector k of
  * thread t at ks[k * threads + t]); those are read evict-first (pass 2 will
  * not ask L2 for them), the rest cache-all. */
-template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH, int BUF>
+template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH, bool KEEP>
 __device__ __forceinline__ void tworead_pass1(const fwd_params &p, const char *rowp,
                                               const row_geom &g, int j_begin, int j_end,
                                               bool do_extras, part &q, uint4 *ks, int ks_vecs) {
   constexpr int VN = elem<T>::N;
   constexpr int ES = (int)sizeof(T);
   constexpr int U = kTwoReadUnroll;
-  constexpr bool KEEP = BUF == kBufKeep;
   const int nt = blockDim.x, tid = threadIdx.x;
   const uint4 *vp = (const uint4 *)(rowp + (int64_t)g.head * ES);
   float m = -INFINITY, s = 0.0f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if (BUF == kBufPipe) {
-    /* Groups gi + 1 .. gi + ahead are in flight while group gi is folded. */
-    const int ahead = p.pipe_groups, slots = ahead + 1;
-    const int first = j_begin + tid;
-    const int ni = first < j_end ? (j_end - first + nt - 1) / nt : 0;
-    const int ng = (ni + U - 1) / U;
-    for (int gi = 0; gi < ahead; gi++) pipe_issue(ks, vp, first, ni, gi, slots);
-    for (int gi = 0; gi < ng; gi++) {
-      pipe_issue(ks, vp, first, ni, gi + ahead, slots);
-      copies_wait_pending(ahead);
-      const uint4 *slot = ks + (gi % slots) * U * nt + tid;
-#pragma unroll
-      for (int u = 0; u < U; u++) {
-        const int i = gi * U + u;
-        if (i < ni) {
-          const uint4 v = slot[u * nt];
-          fold_vec<T, GENERAL, ARGMAX, SMOOTH>(p, v, g.head + (first + i * nt) * VN, m, s, q);
-        }
-      }
-    }
-    j_end = j_begin; /* the register loop below has nothing left */
-  }
-#endif
-  const bool hint = BUF == kBufNone && p.l2_hint && p.write_grad;
+  const bool hint = !KEEP && p.l2_hint && p.write_grad;
   const uint64_t pol = hint ? l2_policy(true) : 0;
   int it = 0;
   for (int j0 = j_begin + tid; j0 < j_end; j0 += U * nt, it++) {
@@ -306,12 +254,11 @@ __device__ __forceinline__ void tworead_pass1(const fwd_params &p, const char *r
   q.s = s;
 }
 
-template <typename T, bool GENERAL, int BUF, bool STATS>
+template <typename T, bool GENERAL, bool KEEP, bool STATS>
 __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
   constexpr int VN = elem<T>::N;
   constexpr int ES = (int)sizeof(T);
   constexpr int U = kTwoReadUnroll;
-  constexpr bool KEEP = BUF == kBufKeep;
   __shared__ part scratch[kMaxWarps + 1];
   __shared__ float xy_shared;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -327,11 +274,10 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
 #endif
   const int tid = threadIdx.x, nt = blockDim.x;
   const bool lead = rank == 0;
-  extern __shared__ uint4 buf_smem[]; /* KEEP: held vectors; PIPE: the ring */
+  extern __shared__ uint4 keep_smem[]; /* KEEP: the held vectors */
   const int ks_vecs = KEEP ? p.keep_vecs : 0;
-  /* A block (cluster) per row, or with a smaller grid (the keep and pipe
-   * paths) each takes every (grid / K)-th row, loading the next row's target
-   * early. */
+  /* A block (cluster) per row, or with a smaller grid (the keep path) each
+   * takes every (grid / K)-th row, loading the next row's target early. */
   const int64_t row_step = (int64_t)(gridDim.x / (unsigned)K);
   int64_t row = (int64_t)(blockIdx.x / (unsigned)K);
   int64_t y_next = row < p.rows ? load_target(p.targets, p.target64, row) : 0;
@@ -363,7 +309,7 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
 
     part q = part_empty();
 #define XENT_TWOREAD_PASS1(A, S) \
-  tworead_pass1<T, GENERAL, A, S, BUF>(p, rowp, g, j_begin, j_end, lead, q, buf_smem, ks_vecs)
+  tworead_pass1<T, GENERAL, A, S, KEEP>(p, rowp, g, j_begin, j_end, lead, q, keep_smem, ks_vecs)
     if (STATS) XENT_WITH_FLAGS(p, XENT_TWOREAD_PASS1);
     else XENT_TWOREAD_PASS1(false, false);
 #undef XENT_TWOREAD_PASS1
@@ -383,7 +329,7 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
        * on every line). With KEEP the held vectors come from shared memory,
        * and only the tail is read again. */
       const int per_iter = U * nt;
-      const bool hint2 = BUF == kBufNone && p.l2_hint;
+      const bool hint2 = !KEEP && p.l2_hint;
       const uint64_t pol2 = hint2 ? l2_policy(false) : 0;
       for (int it = (j_end - j_begin + per_iter - 1) / per_iter - 1; it >= 0; it--) {
         const int j0 = j_begin + it * per_iter + tid;
@@ -394,7 +340,7 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
           if (j < j_end) {
             if (KEEP) {
               const int k = it * U + u;
-              v[u] = k < ks_vecs ? buf_smem[k * nt + tid] : __ldcs(vp + j);
+              v[u] = k < ks_vecs ? keep_smem[k * nt + tid] : __ldcs(vp + j);
             } else if (hint2) {
               v[u] = ld_l2(vp + j, pol2);
             } else {

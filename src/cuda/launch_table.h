@@ -27,12 +27,6 @@
  *             shared memory from pass 1 to pass 2, which re-reads only the
  *             rest. A persistent grid. Any GPU, any alignment; clusters as
  *             for two-read.
- *   pipe      (fwd_tworead with PIPE, sm_80+): the two-read kernel, except
- *             that pass 1 reads through a per-thread ring in shared memory
- *             fed by asynchronous copies, `slots` groups of
- *             XENT_TWOREAD_UNROLL vectors ahead of the group being folded
- *             (more bytes in flight than registers hold). A persistent grid.
- *             Any alignment; clusters as for two-read.
  *   two-read  (fwd_tworead): a row per cluster of `cluster` blocks of
  *             `threads` threads (cluster 1: a row per block, any GPU), any V,
  *             any alignment. Pass 1 reads the row, pass 2 re-reads it (partly
@@ -50,8 +44,7 @@ enum {
   XENT_PATH_ONEREAD = 2,
   XENT_PATH_RING = 3,
   XENT_PATH_STREAM = 5,
-  XENT_PATH_KEEP = 6,
-  XENT_PATH_PIPE = 7
+  XENT_PATH_KEEP = 6
 };
 
 typedef struct xent_launch {
@@ -60,7 +53,7 @@ typedef struct xent_launch {
   int threads;     /* threads per block                                   */
   int vecs;        /* one-read: 16-byte vectors per thread                */
   int slots;       /* ring: shared-memory chunks per block; stream: 16-byte
-                      slots per thread; pipe: groups in flight ahead      */
+                      slots per thread                                    */
   int chunk_vecs;  /* ring: 16-byte vectors per chunk                     */
   int lsu;         /* ring: per-thread 16-byte copies, not bulk copies    */
   int keep;        /* keep: at most this many 16-byte vectors per thread
@@ -98,22 +91,6 @@ static inline int xent_keep_fits(const xent_launch *l, int es, long long vocab, 
   return l->keep >= 0 && (long long)xent_keep_vecs(l, es, vocab) * l->threads * 16 +
                                  XENT_TWOREAD_STATIC_SMEM <=
                              smem_optin;
-}
-
-/* Most groups a pipe-path thread may have in flight ahead of the one it
- * folds (cp.async.wait_group takes the count as an immediate; 3 keeps a
- * 1024-thread block's ring within 256 KB). */
-enum { XENT_PIPE_MAX_AHEAD = 3 };
-
-/* Shared memory of the pipe path's ring: slots + 1 groups per thread. */
-static inline long long xent_pipe_smem(const xent_launch *l) {
-  return (long long)(l->slots + 1) * XENT_TWOREAD_UNROLL * l->threads * 16;
-}
-
-/* Can the pipe path run with this configuration? */
-static inline int xent_pipe_fits(const xent_launch *l, int sm_major, int smem_optin) {
-  return sm_major >= 8 && l->slots >= 1 && l->slots <= XENT_PIPE_MAX_AHEAD &&
-         xent_pipe_smem(l) + XENT_TWOREAD_STATIC_SMEM <= smem_optin;
 }
 
 /* Does a one-read configuration hold every row of V elements of `es` bytes,

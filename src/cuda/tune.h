@@ -31,11 +31,7 @@ extern "C" {
  *         (any GPU; cluster > 1 needs sm_90+): each thread keeps its first
  *         `size` 16-byte vectors (at most) in shared memory; only the rest is
  *         read again. A persistent grid.
- * path 7: the two-read kernel whose pass 1 reads through a per-thread ring
- *         in shared memory (sm_80+): `size` (1 to 3) groups of 4 16-byte
- *         vectors in flight ahead of the group being folded. A persistent
- *         grid.
- * Paths 1, 2, 5, 6 and 7 also apply to forward calls without a gradient.
+ * Paths 1, 2, 5 and 6 also apply to forward calls without a gradient.
  * path 0: back to the launch table. A configuration that cannot run the
  * call fails it with XENT_ERROR_UNSUPPORTED. */
 XENT_API void xent_tune_override(int path, int cluster, int threads, int size);

@@ -213,8 +213,7 @@ enum {
   RUN_RING_LSU = 16,
   RUN_STREAM = 32,
   RUN_ONE_READ = 64,
-  RUN_KEEP = 128,
-  RUN_PIPE = 256
+  RUN_KEEP = 128
 };
 
 /* The stream kernel's launch for RUN_STREAM: threads, slots per thread. */
@@ -224,16 +223,12 @@ static int g_stream_threads = 256, g_stream_slots = 4;
  * vectors per thread at most. */
 static int g_keep_cluster = 1, g_keep_threads = 256, g_keep_vecs = 4;
 
-/* The pipe path's launch for RUN_PIPE: threads, groups in flight ahead. */
-static int g_pipe_threads = 256, g_pipe_ahead = 2;
-
 /* The launch a run forces (xent_tune_override): the ring kernel with 8 slots
  * of 16 KB (fits every sm_90+ GPU) fed by bulk or per-thread copies, the
  * stream kernel, the two-read kernel, or the launch table. */
 static void force_path(int flags) {
   if (flags & RUN_STREAM) xent_tune_override(5, 1, g_stream_threads, g_stream_slots);
   else if (flags & RUN_KEEP) xent_tune_override(6, g_keep_cluster, g_keep_threads, g_keep_vecs);
-  else if (flags & RUN_PIPE) xent_tune_override(7, 1, g_pipe_threads, g_pipe_ahead);
   else if (flags & RUN_ONE_READ) xent_tune_override(2, 1, 256, 16);
   else if (flags & RUN_RING) xent_tune_override(3, 0, 512, 8);
   else if (flags & RUN_RING_LSU) xent_tune_override(4, 0, 512, 8);
@@ -268,7 +263,6 @@ static long cuda_run_problem(xt_problem *pb, const char *tag, int flags) {
            : (flags & (RUN_RING | RUN_RING_LSU)) ? " ring"
            : (flags & RUN_STREAM)                ? " stream"
            : (flags & RUN_KEEP)                  ? " keep"
-           : (flags & RUN_PIPE)                  ? " pipe"
            : (flags & RUN_ONE_READ)              ? " one-read"
                                                  : "",
            (flags & RUN_WORKSPACE) ? " workspace" : "", xent_tune_last_launch());
@@ -531,49 +525,6 @@ static void test_cuda_keep(void **state) {
       g_keep_vecs = shapes[i].vecs;
       int flags = RUN_KEEP | (i < 3 ? RUN_COMPARE_CPU : 0);
       errors += run_forced_case(&c, &rng, i + grad, grad, flags, "cuda keep", "keep");
-    }
-  }
-  assert_int_equal(errors, 0);
-}
-
-/* The pipe path (sm_80+: pass 1 through a per-thread ring of asynchronous
- * copies): threads with fewer vectors than one group, rows of many groups
- * (the ring wraps), every depth, packed, padded and unaligned, with and
- * without a gradient, over enough rows that each block of the persistent
- * grid takes several, with ignored rows in between. */
-static void test_cuda_pipe(void **state) {
-  (void)state;
-  require_gpu();
-  require_sm(8, "the pipe path");
-  xt_rng rng = xt_rng_for("test_cuda_pipe");
-  long errors = 0;
-  /* V, dtype, threads, groups ahead, stride, offset. */
-  const struct {
-    int64_t V;
-    int d, threads, ahead;
-    int64_t stride;
-    int offset;
-  } shapes[] = {
-      {8, 0, 256, 2, 0, 0},           {4095, 1, 256, 1, 0, 1},
-      {32000, 1, 256, 2, 0, 0},       {32000, 0, 512, 3, 32000 + 5, 0},
-      {50257, 2, 256, 2, 50264, 1},   {128256, 1, 512, 2, 0, 0},
-      {128256, 0, 1024, 1, 0, 0},     {128256, 1, 1024, 2, 0, 1},
-      {262144, 1, 1024, 2, 0, 0},     {262144, 0, 512, 3, 262144 + 4, 0}};
-  for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
-    for (int grad = 0; grad < 2; grad++) {
-      if (g_quick && (i + grad) % 2) continue;
-      int64_t V = shapes[i].V;
-      /* 1.5 to 6 rows per block of the persistent grid (on an H200). */
-      int64_t rows = V >= 200000 ? 200 : V >= 100000 ? 300 : 700;
-      if (g_quick) rows /= 4;
-      xt_case c = xt_case_default(DTYPES[shapes[i].d], rows, V);
-      c.stride = shapes[i].stride;
-      c.offset = shapes[i].offset;
-      c.ignore_frac = 0.1;
-      g_pipe_threads = shapes[i].threads;
-      g_pipe_ahead = shapes[i].ahead;
-      int flags = RUN_PIPE | (i < 3 ? RUN_COMPARE_CPU : 0);
-      errors += run_forced_case(&c, &rng, i + grad, grad, flags, "cuda pipe", "pipe");
     }
   }
   assert_int_equal(errors, 0);
@@ -1637,7 +1588,6 @@ int main(void) {
       cmocka_unit_test(test_cuda_ring_stream),
       cmocka_unit_test(test_cuda_stream),
       cmocka_unit_test(test_cuda_keep),
-      cmocka_unit_test(test_cuda_pipe),
       cmocka_unit_test(test_cuda_layouts),
       cmocka_unit_test(test_cuda_ignored_rows),
       cmocka_unit_test(test_cuda_special_values),
