@@ -254,13 +254,46 @@ __device__ __forceinline__ void tworead_pass1(const fwd_params &p, const char *r
   q.s = s;
 }
 
+/* Where pass 2 reads a row: vectors [j_begin, j_end) from vp (per_iter =
+ * U * threads per group), under L2 policy `pol` when `hint`; with KEEP each
+ * thread's first keep_vecs from shared memory. */
+struct tworead_walk {
+  uint4 *vp;
+  int j_begin, j_end, per_iter;
+  bool hint;
+  uint64_t pol;
+  const uint4 *keep_smem;
+  int keep_vecs;
+};
+
+/* This thread's vectors of pass 2's group `it`. */
+template <bool KEEP>
+__device__ __forceinline__ void tworead_load2(const tworead_walk &w, int it,
+                                              uint4 (&v)[kTwoReadUnroll]) {
+  const int nt = blockDim.x, tid = threadIdx.x;
+  const int j0 = w.j_begin + it * w.per_iter + tid;
+#pragma unroll
+  for (int u = 0; u < kTwoReadUnroll; u++) {
+    const int j = j0 + u * nt;
+    if (j < w.j_end) {
+      if (KEEP) {
+        const int k = it * kTwoReadUnroll + u;
+        v[u] = k < w.keep_vecs ? w.keep_smem[k * nt + tid] : __ldcs(w.vp + j);
+      } else if (w.hint) {
+        v[u] = ld_l2(w.vp + j, w.pol);
+      } else {
+        v[u] = __ldcs(w.vp + j);
+      }
+    }
+  }
+}
+
 template <typename T, bool GENERAL, bool KEEP, bool STATS>
 __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
   constexpr int VN = elem<T>::N;
   constexpr int ES = (int)sizeof(T);
   constexpr int U = kTwoReadUnroll;
   __shared__ part scratch[kMaxWarps + 1];
-  __shared__ float xy_shared;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __shared__ part exchange;
 #endif
@@ -302,9 +335,15 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
       continue;
     }
     const int y = (int)y64;
-    if (lead && tid == 0) {
-      float xy = elem<T>::load(rowp + (int64_t)y * ES), d;
-      xy_shared = (GENERAL && p.use_softcap) ? cap(p, xy, &d) : xy;
+    /* x'_y, loaded early by the thread that writes the row's outputs. It
+     * stays in that thread's registers: in shared memory, the next row's
+     * write could race with a late reader of this one (persistent grid). */
+    const bool writer = lead && tid == 0;
+    float xy = 0.0f;
+    if (writer) {
+      float d;
+      xy = elem<T>::load(rowp + (int64_t)y * ES);
+      if (GENERAL && p.use_softcap) xy = cap(p, xy, &d);
     }
 
     part q = part_empty();
@@ -313,41 +352,32 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
     if (STATS) XENT_WITH_FLAGS(p, XENT_TWOREAD_PASS1);
     else XENT_TWOREAD_PASS1(false, false);
 #undef XENT_TWOREAD_PASS1
+
+    /* Pass 2 walks the row backwards, a group of U vectors per thread at a
+     * time: the vectors pass 1 read last are the likeliest still in L2, and
+     * reading them first keeps the older ones from being evicted in between
+     * (a forward re-walk of a row a little larger than its L2 share would
+     * miss on every line). With KEEP the held vectors come from shared
+     * memory, and only the tail is read again. Its first group is loaded
+     * before the row reduction, so that the thread has loads in flight while
+     * it waits for the block (bench/NOTES.md v8; loading every next group
+     * ahead as well spills registers and was slower). */
+    const tworead_walk w = {vp, j_begin, j_end, U * nt, !KEEP && p.l2_hint,
+                            (!KEEP && p.l2_hint) ? l2_policy(false) : 0, keep_smem, ks_vecs};
+    const int last = (j_end - j_begin + w.per_iter - 1) / w.per_iter - 1;
+    uint4 v[U];
+    if (p.write_grad && last >= 0) tworead_load2<KEEP>(w, last, v);
+
     part r = block_reduce(q, scratch);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (K > 1) r = cluster_combine(r, K, &exchange, scratch);
 #endif
-    __syncthreads(); /* xy_shared */
-    const bool writer = lead && tid == 0;
-    const grad_coef gc = finish_row(p, r, writer ? xy_shared : 0.0f, row, y, writer);
+    const grad_coef gc = finish_row(p, r, xy, row, y, writer);
 
     if (p.write_grad) {
-      /* Pass 2: read again, write the gradient, walking the row backwards: the
-       * vectors pass 1 read last are the likeliest still in L2, and reading
-       * them first keeps the older ones from being evicted in between (a
-       * forward re-walk of a row a little larger than its L2 share would miss
-       * on every line). With KEEP the held vectors come from shared memory,
-       * and only the tail is read again. */
-      const int per_iter = U * nt;
-      const bool hint2 = !KEEP && p.l2_hint;
-      const uint64_t pol2 = hint2 ? l2_policy(false) : 0;
-      for (int it = (j_end - j_begin + per_iter - 1) / per_iter - 1; it >= 0; it--) {
-        const int j0 = j_begin + it * per_iter + tid;
-        uint4 v[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-          int j = j0 + u * nt;
-          if (j < j_end) {
-            if (KEEP) {
-              const int k = it * U + u;
-              v[u] = k < ks_vecs ? keep_smem[k * nt + tid] : __ldcs(vp + j);
-            } else if (hint2) {
-              v[u] = ld_l2(vp + j, pol2);
-            } else {
-              v[u] = __ldcs(vp + j);
-            }
-          }
-        }
+      for (int it = last; it >= 0; it--) {
+        if (it != last) tworead_load2<KEEP>(w, it, v);
+        const int j0 = j_begin + it * w.per_iter + tid;
 #pragma unroll
         for (int u = 0; u < U; u++) {
           int j = j0 + u * nt;
