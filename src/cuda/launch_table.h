@@ -171,10 +171,23 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
    *   over clusters was slower at every size: each block's life is mostly
    *   fixed latency (target, loads, reductions), so K blocks per row cost
    *   about K times.
-   * - the one-read kernel, the ring (v4), the stream kernel (v5) and the
-   *   keep path (v6) are never picked: each was slower than the above at
-   *   every size measured; xent_tune_override selects them. */
+   * - the one-read kernel, the ring (v4) and the stream kernel (v5) are
+   *   never picked: each was slower than the above at every size measured;
+   *   xent_tune_override selects them. */
   l.threads = row_bytes <= 112 * 1024 ? 256 : row_bytes > 256 * 1024 ? 1024 : 512;
+  /* The keep path, 13 vectors a thread held in shared memory (53 KB a
+   * 256-thread block, 106 KB a 512-thread one), where the rows in flight
+   * outgrow their share of L2: more than 320 KB of rows per SM (at 64
+   * registers a thread, 1024 / threads blocks per SM), rows up to 256 KB:
+   * rows of 80 to 112 KB (256 threads) and of 160 to 256 KB (512).
+   * On an H200 (bench/NOTES.md v8): 3.5 to 9 % faster at bf16 V = 50304
+   * and 128256 and at fp32 V = 50304; even at bf16 32000 and slower at
+   * fp32 32000 (256 KB of rows per SM each). sm_90 only: other GPUs have
+   * less shared memory per SM or are unmeasured. */
+  if (sm_major == 9 && row_bytes <= 256 * 1024 && row_bytes * (1024 / l.threads) > 320 * 1024) {
+    l.path = XENT_PATH_KEEP;
+    l.keep = 13;
+  }
   /* Rows over 256 KB: pass 1 loads evict-last and pass 2 evict-first, so
    * that more of pass 2 finds its row in L2; 1.0 to 1.8 % faster on an H200
    * (bench/NOTES.md v7), neutral or slightly slower for shorter rows. */
