@@ -180,7 +180,7 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
    * outgrow their share of L2: more than 320 KB of rows per SM (at 64
    * registers a thread, 1024 / threads blocks per SM), rows up to 256 KB:
    * rows of 80 to 112 KB (256 threads) and of 160 to 256 KB (512).
-   * On an H200 (bench/NOTES.md v8): 3.5 to 9 % faster at bf16 V = 50304
+   * On an H200 (bench/NOTES.md v8): 3.4 to 8.5 % faster at bf16 V = 50304
    * and 128256 and at fp32 V = 50304; even at bf16 32000 and slower at
    * fp32 32000 (256 KB of rows per SM each). sm_90 only: other GPUs have
    * less shared memory per SM or are unmeasured. */
