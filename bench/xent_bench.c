@@ -89,6 +89,8 @@ typedef struct config {
   int threads;        /* CPU threads; 0: the library's default            */
   int iters, warmup;  /* -1: not given                                     */
   int quick, tune;
+  int launch[4];      /* --launch: path, cluster, threads, size            */
+  int launch_given;
   int modes[MODE_COUNT];
   int modes_given;
   xent_dtype dtypes[MAX_DTYPES];
@@ -1094,6 +1096,10 @@ static void usage(void) {
       "  --tune                    GPU: time every launch configuration of fwd+grad\n"
       "                            (--mode forward_nograd: of the forward alone;\n"
       "                            --vocab N: that V only; --dtype as above)\n"
+      "  --launch P,C,T,S          GPU: force one launch of the forward kernels, as\n"
+      "                            xent_tune_override(path, cluster, threads, size)\n"
+      "                            takes it (src/cuda/tune.h); a point it cannot run\n"
+      "                            fails\n"
       "  --seed N                  random inputs' seed (default 1234)\n"
       "  --help\n");
 }
@@ -1105,6 +1111,24 @@ static long long parse_int(const char *flag, const char *s, long long lo, long l
   if (errno || !end || *end || v < lo || v > hi)
     die_usage("%s wants an integer in [%lld, %lld], got '%s'", flag, lo, hi, s);
   return v;
+}
+
+/* --launch P,C,T,S: four integers for xent_tune_override. */
+static void parse_launch(config *c, const char *s) {
+  static const long long lo[4] = {1, 0, 32, 0}, hi[4] = {6, 8, 1024, 64};
+  static const char *what[4] = {"path", "cluster", "threads", "size"};
+  char buf[128];
+  if (strlen(s) >= sizeof buf) die_usage("--launch wants P,C,T,S, got '%s'", s);
+  strcpy(buf, s);
+  char *save = NULL, *tok = strtok_r(buf, ",", &save);
+  for (int k = 0; k < 4; k++, tok = strtok_r(NULL, ",", &save)) {
+    if (!tok) die_usage("--launch wants four integers P,C,T,S, got '%s'", s);
+    char flag[32];
+    snprintf(flag, sizeof flag, "--launch %s", what[k]);
+    c->launch[k] = (int)parse_int(flag, tok, lo[k], hi[k]);
+  }
+  if (tok) die_usage("--launch wants four integers P,C,T,S, got '%s'", s);
+  c->launch_given = 1;
 }
 
 static void parse_dtypes(config *c, const char *s) {
@@ -1184,6 +1208,10 @@ static void parse_args(config *c, int argc, char **argv) {
     else if (!strcmp(name, "--gpu")) c->force_gpu = 1;
     else if (!strcmp(name, "--quick")) c->quick = 1;
     else if (!strcmp(name, "--tune")) c->tune = 1;
+    else if (!strcmp(name, "--launch")) {
+      NEXT_VAL();
+      parse_launch(c, val);
+    }
     else if (!strcmp(name, "--sweep")) {
       NEXT_VAL();
       if (!strcmp(val, "vocab")) c->sweep_vocab = 1;
@@ -1223,6 +1251,7 @@ static void parse_args(config *c, int argc, char **argv) {
 #undef NEXT_VAL
   }
   if (c->force_cpu && c->force_gpu) die_usage("--cpu and --gpu exclude each other");
+  if (c->tune && c->launch_given) die_usage("--tune and --launch exclude each other");
   if (c->quick && !c->modes_given)
     for (int m = 0; m < MODE_COUNT; m++) c->modes[m] = 1;
 }
@@ -1293,8 +1322,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   int gpu = have_gpu && !cfg.force_cpu;
-  if (cfg.tune && !gpu) {
-    fprintf(stderr, "xent-bench: --tune needs the GPU backend (%s)\n",
+  if ((cfg.tune || cfg.launch_given) && !gpu) {
+    fprintf(stderr, "xent-bench: %s needs the GPU backend (%s)\n",
+            cfg.tune ? "--tune" : "--launch",
             !info.cuda_built ? "this build has no CUDA backend" : "no CUDA device, or --cpu");
     return 2;
   }
@@ -1371,6 +1401,11 @@ int main(int argc, char **argv) {
     int rc = run_tune(&g, &cfg, iters, warmup);
     gpu_shutdown(&g);
     return rc ? 1 : 0;
+  }
+  if (cfg.launch_given) {
+    printf("launch forced: path %d cluster %d threads %d size %d (xent_tune_override)\n",
+           cfg.launch[0], cfg.launch[1], cfg.launch[2], cfg.launch[3]);
+    xent_tune_override(cfg.launch[0], cfg.launch[1], cfg.launch[2], cfg.launch[3]);
   }
 #endif
 
