@@ -13,6 +13,18 @@
 
 #include "common/rowmath.h"
 
+/* XENT_DIAG: measurement builds only (scripts/device.sh diag, bench/NOTES.md
+ * v8), never a release. Each level removes part of the forward kernels' work
+ * and leaves their loads and stores as they are; results are wrong by design.
+ *   1  ex2 replaced by an FMA (no SFU work)
+ *   2  no arithmetic: pass 1 folds an xor of each vector, pass 2 writes back
+ *      what it read
+ *   3  as 2, and no block-wide reduction (each thread keeps its statistics)
+ *   4  as 2, and no cluster exchange (each block keeps its statistics) */
+#ifndef XENT_DIAG
+#define XENT_DIAG 0
+#endif
+
 namespace xent {
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -215,9 +227,13 @@ __device__ __forceinline__ int64_t load_target(const void *t, int t64, int64_t r
 }
 
 __device__ __forceinline__ float fast_exp2(float x) {
+#if XENT_DIAG == 1
+  return fmaf(x, 1e-4f, 1.0f);
+#else
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+#endif
 }
 
 /* ------------------------------------------------------------------------ */
@@ -329,6 +345,11 @@ template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH>
 __device__ __forceinline__ void fold_vec(const fwd_params &p, const uint4 &v, int j0, float &m,
                                          float &s, part &q) {
   constexpr int VN = elem<T>::N;
+#if XENT_DIAG >= 2
+  (void)p, (void)j0, (void)q, (void)VN;
+  m = 0.0f;
+  s += __uint_as_float((v.x ^ v.y ^ v.z ^ v.w) & 0x3fffffffu);
+#else
   float f[VN];
   elem<T>::unpack(v, f);
   float cm = -INFINITY;
@@ -352,6 +373,7 @@ __device__ __forceinline__ void fold_vec(const fwd_params &p, const uint4 &v, in
     for (int e = 0; e < VN; e++)
       if (f[e] != f[e]) s = f[e];
   }
+#endif
 }
 
 /* Runs CALL(ARGMAX, SMOOTH) with the compile-time flags matching this call. */
@@ -394,6 +416,9 @@ template <typename T, bool GENERAL>
 __device__ __forceinline__ void grad_vec(const fwd_params &p, const grad_coef &gc,
                                          float (&f)[elem<T>::N], int j0) {
   constexpr int VN = elem<T>::N;
+#if XENT_DIAG >= 2
+  (void)p, (void)gc, (void)f, (void)j0, (void)VN;
+#else
   float dfac[VN];
 #pragma unroll
   for (int e = 0; e < VN; e++) f[e] = grad_elem<GENERAL>(p, gc, f[e], j0 + e, &dfac[e]);
@@ -403,6 +428,7 @@ __device__ __forceinline__ void grad_vec(const fwd_params &p, const grad_coef &g
     for (int e = 0; e < VN; e++)
       if (e == (int)off) f[e] -= GENERAL ? gc.c * dfac[e] : gc.c;
   }
+#endif
 }
 
 /* The gradient of a single element (head or tail of a row). */

@@ -368,9 +368,9 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
     uint4 v[U];
     if (p.write_grad && last >= 0) tworead_load2<KEEP>(w, last, v);
 
-    part r = block_reduce(q, scratch);
+    part r = XENT_DIAG == 3 ? q : block_reduce(q, scratch);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (K > 1) r = cluster_combine(r, K, &exchange, scratch);
+    if (K > 1 && XENT_DIAG != 4) r = cluster_combine(r, K, &exchange, scratch);
 #endif
     const grad_coef gc = finish_row(p, r, xy, row, y, writer);
 
@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
       }
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (K > 1) cluster_wait(); /* peers are done with this row's exchange */
+    if (K > 1 && XENT_DIAG != 4) cluster_wait(); /* peers are done with this row's exchange */
 #endif
   }
 }
