@@ -362,8 +362,9 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
      * before the row reduction, so that the thread has loads in flight while
      * it waits for the block (bench/NOTES.md v8; loading every next group
      * ahead as well spills registers and was slower). */
-    const tworead_walk w = {vp, j_begin, j_end, U * nt, !KEEP && p.l2_hint,
-                            (!KEEP && p.l2_hint) ? l2_policy(false) : 0, keep_smem, ks_vecs};
+    const bool hint2 = !KEEP && p.l2_hint;
+    const tworead_walk w = {vp, j_begin, j_end, U * nt, hint2, hint2 ? l2_policy(false) : 0,
+                            keep_smem, ks_vecs};
     const int last = (j_end - j_begin + w.per_iter - 1) / w.per_iter - 1;
     uint4 v[U];
     if (p.write_grad && last >= 0) tworead_load2<KEEP>(w, last, v);
