@@ -353,6 +353,14 @@ static int64_t rows_for(int64_t V) {
   return 256;
 }
 
+/* Rows per call for a path with a persistent grid, enough that its blocks
+ * take several each: 200 (V >= 200000) or 300 (V >= 100000), a quarter of
+ * that in the quick set, and `small` (`small_quick`) below. */
+static int64_t persistent_rows(int64_t V, int64_t small, int64_t small_quick) {
+  if (V >= 100000) return (V >= 200000 ? 200 : 300) / (g_quick ? 4 : 1);
+  return g_quick ? small_quick : small;
+}
+
 static void test_cuda_vocab_sizes(void **state) {
   (void)state;
   require_gpu();
@@ -476,9 +484,7 @@ static void test_cuda_stream(void **state) {
       if (g_quick && (i + grad) % 2) continue;
       int64_t V = shapes[i].V;
       /* 1.5 to 6 rows per block of the persistent grid. */
-      int64_t rows = V >= 200000 ? 200 : V >= 100000 ? 300 : 700;
-      if (g_quick) rows /= 4;
-      xt_case c = xt_case_default(DTYPES[shapes[i].d], rows, V);
+      xt_case c = xt_case_default(DTYPES[shapes[i].d], persistent_rows(V, 700, 175), V);
       c.ignore_frac = 0.1;
       g_stream_threads = shapes[i].threads;
       g_stream_slots = shapes[i].slots;
@@ -520,9 +526,7 @@ static void test_cuda_keep(void **state) {
       if (shapes[i].cluster > 1 && !has_sm(9)) continue; /* clusters need sm_90 */
       /* Enough rows that blocks of the persistent grid (up to 528 on an
        * H200) take several, with ignored rows in between. */
-      int64_t rows = V >= 200000 ? 200 : V >= 100000 ? 300 : 1200;
-      if (g_quick) rows /= V >= 100000 ? 4 : 2;
-      xt_case c = xt_case_default(DTYPES[shapes[i].d], rows, V);
+      xt_case c = xt_case_default(DTYPES[shapes[i].d], persistent_rows(V, 1200, 600), V);
       c.stride = shapes[i].stride;
       c.offset = shapes[i].offset;
       c.ignore_frac = 0.1;
