@@ -845,14 +845,17 @@ static const int64_t tune_vocab_values[] = {32000, 50304, 128256, 152064, 262144
  * xent_tune_override takes them. Path 1 two-read (a row per cluster of
  * `cluster` blocks; size bit 0: L2 eviction policies, bit 1: the kernel that
  * reads the statistics flags at run time), 6 keep (two-read holding each
- * thread's first `size` vectors in shared memory). The one-read (2), ring
+ * thread's first `size` vectors in shared memory; over a cluster, each
+ * block's slice of the row). The one-read (2), ring
  * (3, 4) and stream (5) kernels lost to two-read at every size measured
  * (bench/NOTES.md v1, v4, v5) and are left out of the sweep;
  * xent_tune_override still runs them. */
 static const int tune_candidates[][4] = {
     {1, 1, 256, 0},  {1, 1, 512, 0},   {1, 1, 1024, 0}, {1, 1, 512, 2},
     {1, 1, 1024, 3}, {1, 1, 512, 1},   {1, 1, 1024, 1}, {6, 1, 256, 13},
-    {6, 1, 512, 13}, {6, 1, 1024, 14}, {6, 1, 512, 0},  {6, 1, 1024, 0}};
+    {6, 1, 512, 13}, {6, 1, 1024, 14}, {6, 1, 512, 0},  {6, 1, 1024, 0},
+    {1, 2, 512, 0},  {1, 2, 1024, 0},  {1, 4, 512, 0},  {6, 2, 512, 13},
+    {6, 2, 1024, 14}, {6, 4, 512, 13}};
 
 typedef struct tune_ref {
   float loss;

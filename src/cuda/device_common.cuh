@@ -20,7 +20,10 @@
  *   2  no arithmetic: pass 1 folds an xor of each vector, pass 2 writes back
  *      what it read
  *   3  as 2, and no block-wide reduction (each thread keeps its statistics)
- *   4  as 2, and no cluster exchange (each block keeps its statistics) */
+ *   4  as 2, and no cluster exchange (each block keeps its statistics)
+ *   5  as 2, with the two-read kernel's clusters exchanging their statistics
+ *      as before v9 (cluster_combine: a cluster barrier per row), to time
+ *      against the asynchronous exchange */
 #ifndef XENT_DIAG
 #define XENT_DIAG 0
 #endif

@@ -12,6 +12,10 @@
  *   online (max, sum); pass 2 (only when a gradient is wanted) streams it
  *   again and writes the gradient. Forward without gradient is pass 1 alone,
  *   which is the fewest bytes for it (read V).
+ *   With a cluster of K blocks per row (sm_90+), each block takes a K-th of
+ *   the row, and the blocks exchange their parts of the statistics by
+ *   asynchronous stores into each other's inboxes (cluster_exchange): a
+ *   block waits only for its peers' bytes, never on a cluster barrier.
  *   With KEEP, pass 1 also holds the row on chip for pass 2: each thread's
  *   first p.keep_vecs vectors in shared memory (dynamic, keep_vecs * threads
  *   * 16 bytes). Pass 2 re-reads only the rest, the row's tail, which pass 1
@@ -294,13 +298,16 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
   constexpr int ES = (int)sizeof(T);
   constexpr int U = kTwoReadUnroll;
   __shared__ part scratch[kMaxWarps + 1];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  __shared__ part exchange;
-#endif
-
   const int K = p.cluster;
   unsigned rank = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if XENT_DIAG == 5
+  __shared__ part exchange;
+#else
+  __shared__ cluster_inbox inbox;
+  unsigned exchanged = 0; /* rows exchanged; at 0 the cluster barrier is not waited yet */
+  if (K > 1) inbox_init(&inbox);
+#endif
   if (K > 1) rank = cluster_rank();
 #else
   if (K > 1) return; /* never launched: the host only picks clusters on sm_90+ */
@@ -371,7 +378,14 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
 
     part r = XENT_DIAG == 3 ? q : block_reduce(q, scratch);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (K > 1 && XENT_DIAG != 4) r = cluster_combine(r, K, &exchange, scratch);
+#if XENT_DIAG == 5
+    if (K > 1) r = cluster_combine(r, K, &exchange, scratch);
+#else
+    if (K > 1 && XENT_DIAG != 4) {
+      if (exchanged == 0) cluster_wait(); /* once: every peer's inbox is initialised */
+      r = cluster_exchange(r, K, rank, &inbox, exchanged++);
+    }
+#endif
 #endif
     const grad_coef gc = finish_row(p, r, xy, row, y, writer);
 
@@ -398,10 +412,16 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
         }
       }
     }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (K > 1 && XENT_DIAG != 4) cluster_wait(); /* peers are done with this row's exchange */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && XENT_DIAG == 5
+    if (K > 1) cluster_wait(); /* peers are done with this row's exchange */
 #endif
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && XENT_DIAG != 5
+  /* A block that exchanged nothing (every row skipped) still completes the
+   * barrier it arrived on. No peer touches this block's shared memory after
+   * its last exchange: each peer's stores have landed once that returns. */
+  if (K > 1 && exchanged == 0) cluster_wait();
+#endif
 }
 
 }  // namespace xent

@@ -73,7 +73,7 @@ enum {
   XENT_RING_MAX_SLOTS = 16,
   XENT_STREAM_MAX_SLOTS = 16,
   XENT_STREAM_STATIC_SMEM = 1024, /* fwd_stream's reduction scratch, rounded up */
-  XENT_TWOREAD_STATIC_SMEM = 1024, /* fwd_tworead's reduction scratch, rounded up */
+  XENT_TWOREAD_STATIC_SMEM = 1536, /* fwd_tworead's reduction scratch and cluster inbox */
   XENT_TWOREAD_UNROLL = 4          /* vectors per thread per iteration          */
 };
 

@@ -10,6 +10,7 @@
 #define XENT_CUDA_SM90_CUH
 
 #include "cuda/device_common.cuh"
+#include "cuda/launch_table.h"
 #include "cuda/sm80.cuh"
 
 namespace xent {
@@ -152,6 +153,119 @@ __device__ __forceinline__ uint64_t evict_first_policy() {
   uint64_t pol;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
   return pol;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Row statistics across a cluster without a cluster barrier (sm_90+)       */
+/* ------------------------------------------------------------------------ */
+
+/* One block's part as it travels to the other blocks of its cluster: two
+ * asynchronous stores (16 + 8 bytes) into each peer's inbox, each counted in
+ * bytes on the peer's barrier for that row. */
+constexpr int kMaxClusterParts = 8; /* XENT_MAX_CLUSTER */
+struct __align__(16) part_msg {
+  float m, s, sx, swx, am;
+  int ai;
+  int pad[2];
+};
+constexpr uint32_t kPartMsgBytes = 24; /* what travels of a part_msg */
+static_assert(kMaxClusterParts >= XENT_MAX_CLUSTER, "an inbox slot for every block of a cluster");
+
+/* A block's inbox, double-buffered by row parity: slot[b][k] holds block k's
+ * part of the block's b-th (mod 2) exchanged row, and bar[b] completes when
+ * this block has arrived and the K - 1 peers' bytes have landed.
+ *
+ * Why two slots are enough: a block sends row n + 2 only after it has
+ * received every peer's row n + 1, and a peer sends row n + 1 only after its
+ * block reduction of that row, which all of its threads reach after reading
+ * their row n slots. */
+struct cluster_inbox {
+  part_msg slot[2][kMaxClusterParts];
+  uint64_t bar[2];
+};
+
+__device__ __forceinline__ void st_async_v4(uint32_t addr, float a, float b, float c, float d,
+                                            uint32_t bar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
+      ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void st_async_v2(uint32_t addr, float a, int b, uint32_t bar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];"
+      ::"r"(addr), "r"(__float_as_int(a)), "r"(b), "r"(bar)
+      : "memory");
+}
+/* Wait for phase `parity` of a barrier that peers' stores complete: acquire
+ * at cluster scope, so their bytes are visible. */
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t *bar, unsigned parity) {
+  const uint32_t a = smem_addr(bar);
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+        "selp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(a), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+/* Set up the inbox and arrive on the cluster barrier (all threads). Before
+ * its first exchange the block waits on that barrier (cluster_wait), so no
+ * peer stores into an inbox that is not initialised yet. */
+__device__ __forceinline__ void inbox_init(cluster_inbox *ib) {
+  if (threadIdx.x == 0) {
+    mbar_init(&ib->bar[0], 1);
+    mbar_init(&ib->bar[1], 1);
+    mbar_init_fence();
+  }
+  cluster_arrive();
+}
+
+/* The K blocks' parts of a row merged in rank order (the same bits in every
+ * block), for the block's n-th exchanged row. Called by all threads; `r` is
+ * the block's part (block_reduce's result). Lane k of warp 0 sends it to
+ * peer k, lane 0 announces the bytes the block expects; everyone waits for
+ * the barrier, never for the whole cluster. */
+__device__ __forceinline__ part cluster_exchange(part r, int K, unsigned rank,
+                                                 cluster_inbox *ib, unsigned n) {
+  const unsigned b = n & 1u;
+  if (threadIdx.x < 32) {
+    /* lane k sends to peer k, lane 0 also to this block's own slot */
+    const unsigned lane = threadIdx.x;
+    part_msg *mine = &ib->slot[b][rank];
+    if ((int)lane < K && lane != rank) {
+      const uint32_t a = map_shared(mine, lane), bar = map_shared(&ib->bar[b], lane);
+      st_async_v4(a, r.m, r.s, r.sx, r.swx, bar);
+      st_async_v2(a + 16, r.am, r.ai, bar);
+    }
+    if (lane == 0) {
+      mine->m = r.m;
+      mine->s = r.s;
+      mine->sx = r.sx;
+      mine->swx = r.swx;
+      mine->am = r.am;
+      mine->ai = r.ai;
+      mbar_arrive_expect(&ib->bar[b], (uint32_t)(K - 1) * kPartMsgBytes);
+    }
+  }
+  mbar_wait_cluster(&ib->bar[b], (n >> 1) & 1u);
+  part t = part_empty();
+  for (int k = 0; k < K; k++) {
+    const part_msg &g = ib->slot[b][k];
+    part q;
+    q.m = g.m;
+    q.s = g.s;
+    q.sx = g.sx;
+    q.swx = g.swx;
+    q.am = g.am;
+    q.ai = g.ai;
+    t = part_merge(t, q);
+  }
+  return t;
 }
 #endif
 

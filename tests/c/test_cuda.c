@@ -86,6 +86,10 @@ static xent_exec cpu_exec(void) {
  * path forced. */
 static void force_two_read(int on) { xent_tune_override(on ? 1 : 0, 1, 256, 0); }
 
+/* The two-read path over clusters (RUN_TWO_READ_CLUSTER): blocks per row,
+ * threads. */
+static int g_two_read_cluster = 2, g_two_read_threads = 512;
+
 static void describe(const xt_case *c, const char *tag, char *desc, size_t n) {
   char cd[512];
   xt_case_desc(c, cd, sizeof cd);
@@ -213,7 +217,8 @@ enum {
   RUN_RING_LSU = 16,
   RUN_STREAM = 32,
   RUN_ONE_READ = 64,
-  RUN_KEEP = 128
+  RUN_KEEP = 128,
+  RUN_TWO_READ_CLUSTER = 256
 };
 
 /* The stream kernel's launch for RUN_STREAM: threads, slots per thread. */
@@ -229,6 +234,8 @@ static int g_keep_cluster = 1, g_keep_threads = 256, g_keep_vecs = 4;
 static void force_path(int flags) {
   if (flags & RUN_STREAM) xent_tune_override(5, 1, g_stream_threads, g_stream_slots);
   else if (flags & RUN_KEEP) xent_tune_override(6, g_keep_cluster, g_keep_threads, g_keep_vecs);
+  else if (flags & RUN_TWO_READ_CLUSTER)
+    xent_tune_override(1, g_two_read_cluster, g_two_read_threads, 0);
   else if (flags & RUN_ONE_READ) xent_tune_override(2, 1, 256, 16);
   else if (flags & RUN_RING) xent_tune_override(3, 0, 512, 8);
   else if (flags & RUN_RING_LSU) xent_tune_override(4, 0, 512, 8);
@@ -259,12 +266,12 @@ static long cuda_run_problem(xt_problem *pb, const char *tag, int flags) {
   long errors = 0;
   char full[1100];
   snprintf(full, sizeof full, "%s%s%s launch=[%s]", desc,
-           (flags & RUN_TWO_READ)                 ? " two-read"
-           : (flags & (RUN_RING | RUN_RING_LSU)) ? " ring"
-           : (flags & RUN_STREAM)                ? " stream"
-           : (flags & RUN_KEEP)                  ? " keep"
-           : (flags & RUN_ONE_READ)              ? " one-read"
-                                                 : "",
+           (flags & (RUN_TWO_READ | RUN_TWO_READ_CLUSTER)) ? " two-read"
+           : (flags & (RUN_RING | RUN_RING_LSU))           ? " ring"
+           : (flags & RUN_STREAM)                          ? " stream"
+           : (flags & RUN_KEEP)                            ? " keep"
+           : (flags & RUN_ONE_READ)                        ? " one-read"
+                                                           : "",
            (flags & RUN_WORKSPACE) ? " workspace" : "", xent_tune_last_launch());
   if (st != XENT_OK) {
     fprintf(stderr, "  [%s] status %d (%s): %s\n", full, (int)st, xent_status_string(st),
@@ -535,6 +542,44 @@ static void test_cuda_keep(void **state) {
       g_keep_vecs = shapes[i].vecs;
       int flags = RUN_KEEP | (i < 3 ? RUN_COMPARE_CPU : 0);
       errors += run_forced_case(&c, &rng, i + grad, grad, flags, "cuda keep", "keep");
+    }
+  }
+  assert_int_equal(errors, 0);
+}
+
+/* The two-read kernel with a row split over a cluster of 2, 4 or 8 blocks
+ * (sm_90+): the blocks exchange their statistics by asynchronous stores
+ * into each other's inboxes. One row per cluster, ignored rows among them
+ * (their clusters exchange nothing), every dtype, packed and unaligned. */
+static void test_cuda_tworead_cluster(void **state) {
+  (void)state;
+  require_gpu();
+  require_sm(9, "clusters");
+  xt_rng rng = xt_rng_for("test_cuda_tworead_cluster");
+  long errors = 0;
+  /* V, dtype, cluster, threads, stride, offset. */
+  const struct {
+    int64_t V;
+    int d, cluster, threads;
+    int64_t stride;
+    int offset;
+  } shapes[] = {{8, 0, 2, 256, 0, 0},           {4095, 1, 2, 512, 0, 1},
+                {32000, 1, 2, 512, 0, 0},       {32000, 0, 4, 256, 32000 + 5, 0},
+                {50257, 2, 2, 1024, 50264, 1},  {128256, 1, 2, 512, 0, 0},
+                {128256, 0, 4, 512, 0, 1},      {262144, 1, 8, 1024, 0, 0}};
+  for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
+    for (int grad = 0; grad < 2; grad++) {
+      if (g_quick && (i + grad) % 2) continue;
+      int64_t V = shapes[i].V;
+      xt_case c = xt_case_default(DTYPES[shapes[i].d], V >= 100000 ? 96 : 400, V);
+      c.stride = shapes[i].stride;
+      c.offset = shapes[i].offset;
+      c.ignore_frac = 0.1;
+      g_two_read_cluster = shapes[i].cluster;
+      g_two_read_threads = shapes[i].threads;
+      int flags = RUN_TWO_READ_CLUSTER | (i < 3 ? RUN_COMPARE_CPU : 0);
+      errors += run_forced_case(&c, &rng, i + grad, grad, flags, "cuda two-read cluster",
+                                "two-read");
     }
   }
   assert_int_equal(errors, 0);
@@ -1598,6 +1643,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_ring_stream),
       cmocka_unit_test(test_cuda_stream),
       cmocka_unit_test(test_cuda_keep),
+      cmocka_unit_test(test_cuda_tworead_cluster),
       cmocka_unit_test(test_cuda_layouts),
       cmocka_unit_test(test_cuda_ignored_rows),
       cmocka_unit_test(test_cuda_special_values),
