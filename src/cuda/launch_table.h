@@ -167,10 +167,8 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
    *   registers (V = 32000 bf16) and than 512 threads (50304 bf16); fp32 at
    *   V = 32000 (128 KB) is 10 % slower with 256 threads than with 512.
    * - longer rows: two reads, a row per block, pass 2 re-reading from L2;
-   *   1024 threads for rows over 256 KB, 512 up to 256 KB. Splitting rows
-   *   over clusters was slower at every size: each block's life is mostly
-   *   fixed latency (target, loads, reductions), so K blocks per row cost
-   *   about K times.
+   *   1024 threads for rows over 256 KB, 512 up to 256 KB. On sm_90, rows
+   *   over 256 KB go over clusters of the keep path instead (below).
    * - the one-read kernel, the ring (v4) and the stream kernel (v5) are
    *   never picked: each was slower than the above at every size measured;
    *   xent_tune_override selects them. */
@@ -188,9 +186,28 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
     l.path = XENT_PATH_KEEP;
     l.keep = 13;
   }
-  /* Rows over 256 KB: pass 1 loads evict-last and pass 2 evict-first, so
-   * that more of pass 2 finds its row in L2; 1.0 to 1.8 % faster on an H200
-   * (bench/NOTES.md v7), neutral or slightly slower for shorter rows. */
+  /* Rows over 256 KB on sm_90: the keep path with 512 threads, a row split
+   * over a cluster of K blocks (the fewest of 1, 2, 4, 8) so that a block's
+   * slice is at most 320 KB; the blocks exchange their statistics by
+   * asynchronous stores, not cluster barriers. On an H200 (bench/NOTES.md
+   * v9) against two reads with 1024 threads: bf16 V = 152064 3.2 % faster
+   * (K = 1), bf16 262144 4.2 % (K = 2), fp32 128256 2.5 % (K = 2), fp32
+   * 152064 even (K = 2), fp32 262144 8.5 % (K = 4). */
+  if (sm_major == 9 && row_bytes > 256 * 1024) {
+    int K = 1;
+    while (K < XENT_MAX_CLUSTER && row_bytes > (long long)K * 320 * 1024) K *= 2;
+    if (row_bytes <= (long long)K * 320 * 1024) {
+      l.path = XENT_PATH_KEEP;
+      l.cluster = K;
+      l.threads = 512;
+      l.keep = 13;
+      return l;
+    }
+  }
+  /* Rows over 256 KB otherwise: pass 1 loads evict-last and pass 2
+   * evict-first, so that more of pass 2 finds its row in L2; 1.0 to 1.8 %
+   * faster on an H200 (bench/NOTES.md v7), neutral or slightly slower for
+   * shorter rows. */
   l.hint = sm_major >= 8 && row_bytes > 256 * 1024;
   return l;
 }
