@@ -117,18 +117,30 @@ __device__ __forceinline__ void mbar_arrive_expect(uint64_t *bar, uint32_t bytes
                "r"(bytes)
                : "memory");
 }
-/* Wait until phase `parity` of `bar` has completed. */
+/* Wait until phase `parity` of `bar` has completed. CLUSTER: acquire at
+ * cluster scope, for a barrier that peers' stores complete (their bytes are
+ * then visible). */
+template <bool CLUSTER = false>
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
   const uint32_t a = smem_addr(bar);
   uint32_t done;
   do {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-        "selp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(done)
-        : "r"(a), "r"(parity)
-        : "memory");
+    if (CLUSTER)
+      asm volatile(
+          "{\n\t.reg .pred p;\n\t"
+          "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+          "selp.u32 %0, 1, 0, p;\n\t}"
+          : "=r"(done)
+          : "r"(a), "r"(parity)
+          : "memory");
+    else
+      asm volatile(
+          "{\n\t.reg .pred p;\n\t"
+          "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+          "selp.u32 %0, 1, 0, p;\n\t}"
+          : "=r"(done)
+          : "r"(a), "r"(parity)
+          : "memory");
   } while (!done);
 }
 /* Copy `bytes` (a multiple of 16, both addresses 16-byte aligned) from
@@ -197,22 +209,6 @@ __device__ __forceinline__ void st_async_v2(uint32_t addr, float a, int b, uint3
       ::"r"(addr), "r"(__float_as_int(a)), "r"(b), "r"(bar)
       : "memory");
 }
-/* Wait for phase `parity` of a barrier that peers' stores complete: acquire
- * at cluster scope, so their bytes are visible. */
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t *bar, unsigned parity) {
-  const uint32_t a = smem_addr(bar);
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
-        "selp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(done)
-        : "r"(a), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
 /* Set up the inbox and arrive on the cluster barrier (all threads). Before
  * its first exchange the block waits on that barrier (cluster_wait), so no
  * peer stores into an inbox that is not initialised yet. */
@@ -252,7 +248,7 @@ __device__ __forceinline__ part cluster_exchange(part r, int K, unsigned rank,
       mbar_arrive_expect(&ib->bar[b], (uint32_t)(K - 1) * kPartMsgBytes);
     }
   }
-  mbar_wait_cluster(&ib->bar[b], (n >> 1) & 1u);
+  mbar_wait<true>(&ib->bar[b], (n >> 1) & 1u);
   part t = part_empty();
   for (int k = 0; k < K; k++) {
     const part_msg &g = ib->slot[b][k];
