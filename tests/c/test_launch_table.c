@@ -1,0 +1,140 @@
+/*
+ * test_launch_table.c - the CUDA backend's launch table (src/cuda/launch_table.h)
+ * as plain logic, no GPU needed: the choices measured on an H200 that
+ * bench/NOTES.md records, and the invariants every choice must keep for any
+ * architecture, element size and vocabulary (clusters only on sm_90, a
+ * cluster's slices within their share of L2, the shared memory the table
+ * assumes per SM).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda/launch_table.h"
+
+/* An H200 (sm_90): the most shared memory one block may have, and what one
+ * SM has for all of its blocks (each block also costs 1 KB reserved). */
+enum { H200_SMEM_OPTIN = 232448, H200_SMEM_PER_SM = 233472, SMEM_RESERVED = 1024 };
+
+typedef struct want {
+  int es;         /* element bytes */
+  long long V;    /* vocabulary    */
+  int path, cluster, threads, keep, hint;
+} want;
+
+static void expect_pick(int sm, int write_grad, const want *w) {
+  xent_launch l = xent_launch_pick(sm, w->es, w->V, write_grad);
+  char got[160], exp[160];
+  snprintf(got, sizeof got, "path %d cluster %d threads %d keep %d hint %d", l.path, l.cluster,
+           l.threads, l.keep, l.hint);
+  snprintf(exp, sizeof exp, "path %d cluster %d threads %d keep %d hint %d", w->path, w->cluster,
+           w->threads, w->keep, w->hint);
+  if (strcmp(got, exp) != 0) {
+    print_message("sm_%d0 es=%d V=%lld grad=%d: got %s, want %s\n", sm, w->es, w->V, write_grad,
+                  got, exp);
+    fail();
+  }
+}
+
+/* Forward with gradient on sm_90: the shapes xent-bench --tune measures,
+ * and the rows just past the 8-block limit of the cluster split. */
+static void test_sm90_measured_choices(void **state) {
+  (void)state;
+  const int T = XENT_PATH_TWOREAD, K = XENT_PATH_KEEP;
+  const want wants[] = {
+      {2, 32000, T, 1, 256, 0, 0},      /* 64 KB rows: two reads          */
+      {2, 50304, K, 1, 256, 13, 0},     /* 98 KB: keep, 256 threads       */
+      {2, 128256, K, 1, 512, 13, 0},    /* 251 KB: keep, 512 threads      */
+      {2, 152064, K, 1, 512, 13, 0},    /* 297 KB: a row per block        */
+      {2, 262144, K, 2, 512, 13, 0},    /* 512 KB: cluster of 2           */
+      {2, 1048576, K, 8, 512, 13, 0},   /* 2 MB: cluster of 8             */
+      {4, 32000, T, 1, 512, 0, 0},      /* 125 KB: two reads, 512 threads */
+      {4, 50304, K, 1, 512, 13, 0},     /* 196 KB: keep                   */
+      {4, 128256, K, 2, 512, 13, 0},    /* 501 KB: cluster of 2           */
+      {4, 152064, K, 2, 512, 13, 0},    /* 594 KB: cluster of 2           */
+      {4, 262144, K, 4, 512, 13, 0},    /* 1 MB: cluster of 4             */
+      {4, 655360, K, 8, 512, 13, 0},    /* 2.5 MB: cluster of 8, the last */
+      {4, 655361, T, 1, 1024, 0, 1},    /* past 8 x 320 KB: two reads     */
+      {4, 1048576, T, 1, 1024, 0, 1},
+  };
+  for (size_t i = 0; i < sizeof wants / sizeof wants[0]; i++) expect_pick(9, 1, &wants[i]);
+}
+
+/* Other GPUs: no keep path and no clusters (unmeasured there); L2 policies
+ * from sm_80 for rows over 256 KB. Forward without gradient: pass 1 alone,
+ * 256 threads, everywhere. */
+static void test_other_gpus_and_no_grad(void **state) {
+  (void)state;
+  const int T = XENT_PATH_TWOREAD;
+  const want sm80[] = {{2, 50304, T, 1, 256, 0, 0},
+                       {2, 128256, T, 1, 512, 0, 0},
+                       {2, 262144, T, 1, 1024, 0, 1},
+                       {4, 128256, T, 1, 1024, 0, 1}};
+  for (size_t i = 0; i < sizeof sm80 / sizeof sm80[0]; i++) {
+    expect_pick(8, 1, &sm80[i]);
+    expect_pick(10, 1, &sm80[i]);
+  }
+  const want sm70 = {4, 262144, T, 1, 1024, 0, 0};
+  expect_pick(7, 1, &sm70);
+  for (int sm = 7; sm <= 10; sm++) {
+    const want nograd[] = {{2, 262144, T, 1, 256, 0, 0}, {4, 32000, T, 1, 256, 0, 0}};
+    for (size_t i = 0; i < 2; i++) expect_pick(sm, 0, &nograd[i]);
+  }
+}
+
+/* Every choice, over many V: what the kernels and the measurements behind
+ * the table require of it. */
+static void test_invariants(void **state) {
+  (void)state;
+  long bad = 0, picks = 0;
+  for (int sm = 7; sm <= 10; sm++)
+    for (int es = 2; es <= 4; es += 2)
+      for (int grad = 0; grad < 2; grad++)
+        for (long long V = 1; V <= (1LL << 22); V = V * 9 / 8 + 1, picks++) {
+          const xent_launch l = xent_launch_pick(sm, es, V, grad);
+          const long long row = V * es;
+          const char *why = NULL;
+          if (l.path != XENT_PATH_TWOREAD && l.path != XENT_PATH_KEEP)
+            why = "a path the table never picks";
+          else if (l.threads != 256 && l.threads != 512 && l.threads != 1024)
+            why = "threads";
+          else if (l.cluster != 1 && l.cluster != 2 && l.cluster != 4 && l.cluster != 8)
+            why = "cluster not a power of 2 up to 8";
+          else if (l.cluster > 1 && sm != 9)
+            why = "clusters off sm_90";
+          else if (l.path == XENT_PATH_KEEP && (sm != 9 || !grad))
+            why = "keep path off sm_90 or without a gradient";
+          else if (l.hint && (l.path != XENT_PATH_TWOREAD || sm < 8 || !grad || row <= 256 * 1024))
+            why = "L2 policies where they were not measured";
+          else if (l.cluster > 1 && (row > (long long)l.cluster * 320 * 1024 ||
+                                     row <= (long long)l.cluster / 2 * 320 * 1024))
+            why = "not the fewest blocks leaving each slice at most 320 KB";
+          else if (l.path == XENT_PATH_KEEP &&
+                   (!xent_keep_fits(&l, es, V, H200_SMEM_OPTIN) ||
+                    (1024 / l.threads) * ((long long)xent_keep_vecs(&l, es, V) * l.threads * 16 +
+                                          XENT_TWOREAD_STATIC_SMEM + SMEM_RESERVED) >
+                        H200_SMEM_PER_SM))
+            why = "keep blocks do not fit an SM as the table assumes (1024 / threads of them)";
+          if (why) {
+            print_message("sm_%d0 es=%d V=%lld grad=%d: %s (path %d cluster %d threads %d)\n", sm,
+                          es, V, grad, why, l.path, l.cluster, l.threads);
+            bad++;
+          }
+        }
+  assert_true(picks > 1000);
+  assert_int_equal(bad, 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sm90_measured_choices),
+      cmocka_unit_test(test_other_gpus_and_no_grad),
+      cmocka_unit_test(test_invariants),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
