@@ -86,9 +86,6 @@ static xent_exec cpu_exec(void) {
  * path forced. */
 static void force_two_read(int on) { xent_tune_override(on ? 1 : 0, 1, 256, 0); }
 
-/* The two-read path over clusters (RUN_TWO_READ_CLUSTER): blocks per row,
- * threads. */
-static int g_two_read_cluster = 2, g_two_read_threads = 512;
 
 static void describe(const xt_case *c, const char *tag, char *desc, size_t n) {
   char cd[512];
@@ -221,21 +218,22 @@ enum {
   RUN_TWO_READ_CLUSTER = 256
 };
 
-/* The stream kernel's launch for RUN_STREAM: threads, slots per thread. */
-static int g_stream_threads = 256, g_stream_slots = 4;
-
-/* The keep path's launch for RUN_KEEP: cluster, threads, shared-memory
- * vectors per thread at most. */
-static int g_keep_cluster = 1, g_keep_threads = 256, g_keep_vecs = 4;
+/* The launch RUN_STREAM, RUN_KEEP and RUN_TWO_READ_CLUSTER force: blocks
+ * per row (not the stream kernel's), threads, and the path's size (stream:
+ * slots per thread; keep: shared-memory vectors per thread at most). */
+static struct {
+  int cluster, threads, size;
+} g_launch = {1, 256, 4};
 
 /* The launch a run forces (xent_tune_override): the ring kernel with 8 slots
  * of 16 KB (fits every sm_90+ GPU) fed by bulk or per-thread copies, the
  * stream kernel, the two-read kernel, or the launch table. */
 static void force_path(int flags) {
-  if (flags & RUN_STREAM) xent_tune_override(5, 1, g_stream_threads, g_stream_slots);
-  else if (flags & RUN_KEEP) xent_tune_override(6, g_keep_cluster, g_keep_threads, g_keep_vecs);
+  if (flags & RUN_STREAM) xent_tune_override(5, 1, g_launch.threads, g_launch.size);
+  else if (flags & RUN_KEEP)
+    xent_tune_override(6, g_launch.cluster, g_launch.threads, g_launch.size);
   else if (flags & RUN_TWO_READ_CLUSTER)
-    xent_tune_override(1, g_two_read_cluster, g_two_read_threads, 0);
+    xent_tune_override(1, g_launch.cluster, g_launch.threads, 0);
   else if (flags & RUN_ONE_READ) xent_tune_override(2, 1, 256, 16);
   else if (flags & RUN_RING) xent_tune_override(3, 0, 512, 8);
   else if (flags & RUN_RING_LSU) xent_tune_override(4, 0, 512, 8);
@@ -468,6 +466,44 @@ static void test_cuda_ring_stream(void **state) {
   assert_int_equal(errors, 0);
 }
 
+/* One shape of a forced-launch sweep: V, dtype (an index into DTYPES),
+ * g_launch's cluster, threads and size, and the case's stride and offset. */
+typedef struct forced_shape {
+  int64_t V;
+  int d, cluster, threads, size;
+  int64_t stride;
+  int offset;
+} forced_shape;
+
+/* Each shape with and without a gradient (half of them in the quick set),
+ * rows(V) rows of which a tenth are ignored, on the launch `flags` forces,
+ * which must have run `kernel`; the first three shapes are also compared
+ * with the CPU backend. Shapes over a cluster skip below sm_90. */
+static long run_forced_shapes(const forced_shape *shapes, int n, int64_t (*rows)(int64_t),
+                              int flags, const char *tag, const char *kernel, xt_rng *rng) {
+  long errors = 0;
+  for (int i = 0; i < n; i++) {
+    for (int grad = 0; grad < 2; grad++) {
+      if (g_quick && (i + grad) % 2) continue;
+      const forced_shape *sh = &shapes[i];
+      if (sh->cluster > 1 && !has_sm(9)) continue; /* clusters need sm_90 */
+      xt_case c = xt_case_default(DTYPES[sh->d], rows(sh->V), sh->V);
+      c.stride = sh->stride;
+      c.offset = sh->offset;
+      c.ignore_frac = 0.1;
+      g_launch.cluster = sh->cluster;
+      g_launch.threads = sh->threads;
+      g_launch.size = sh->size;
+      errors += run_forced_case(&c, rng, i + grad, grad, flags | (i < 3 ? RUN_COMPARE_CPU : 0),
+                                tag, kernel);
+    }
+  }
+  return errors;
+}
+
+/* 1.5 to 6 rows per block of the stream kernel's persistent grid. */
+static int64_t stream_rows(int64_t V) { return persistent_rows(V, 700, 175); }
+
 /* The stream kernel (sm_80+, aligned rows): each thread's share of a row
  * fitting its ring (one read), just not fitting, and many times its ring
  * (the rest re-read), with and without a gradient; enough rows that every
@@ -478,29 +514,21 @@ static void test_cuda_stream(void **state) {
   require_gpu();
   require_sm(8, "the stream kernel");
   xt_rng rng = xt_rng_for("test_cuda_stream");
-  long errors = 0;
-  /* V, dtype, threads, slots: vectors per thread from under one to 64. */
-  const struct {
-    int64_t V;
-    int d, threads, slots;
-  } shapes[] = {{8, 0, 256, 4},       {4096, 1, 256, 4},    {32000, 1, 256, 16},
-                {32000, 1, 1024, 4},  {50304, 0, 512, 8},   {128256, 1, 1024, 8},
-                {128256, 0, 1024, 8}, {131072, 2, 512, 16}, {262144, 1, 1024, 3}};
-  for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
-    for (int grad = 0; grad < 2; grad++) {
-      if (g_quick && (i + grad) % 2) continue;
-      int64_t V = shapes[i].V;
-      /* 1.5 to 6 rows per block of the persistent grid. */
-      xt_case c = xt_case_default(DTYPES[shapes[i].d], persistent_rows(V, 700, 175), V);
-      c.ignore_frac = 0.1;
-      g_stream_threads = shapes[i].threads;
-      g_stream_slots = shapes[i].slots;
-      int flags = RUN_STREAM | (i < 3 ? RUN_COMPARE_CPU : 0);
-      errors += run_forced_case(&c, &rng, i + grad, grad, flags, "cuda stream", "stream");
-    }
-  }
+  /* V, dtype, -, threads, slots: vectors per thread from under one to 64. */
+  const forced_shape shapes[] = {
+      {8, 0, 1, 256, 4, 0, 0},         {4096, 1, 1, 256, 4, 0, 0},
+      {32000, 1, 1, 256, 16, 0, 0},    {32000, 1, 1, 1024, 4, 0, 0},
+      {50304, 0, 1, 512, 8, 0, 0},     {128256, 1, 1, 1024, 8, 0, 0},
+      {128256, 0, 1, 1024, 8, 0, 0},   {131072, 2, 1, 512, 16, 0, 0},
+      {262144, 1, 1, 1024, 3, 0, 0}};
+  long errors = run_forced_shapes(shapes, (int)(sizeof shapes / sizeof shapes[0]), stream_rows,
+                                  RUN_STREAM, "cuda stream", "stream", &rng);
   assert_int_equal(errors, 0);
 }
+
+/* Enough rows that blocks of the keep path's persistent grid (up to 528 on
+ * an H200) take several, with ignored rows in between. */
+static int64_t keep_rows(int64_t V) { return persistent_rows(V, 1200, 600); }
 
 /* The keep path (the two-read kernel holding each thread's first vectors in
  * shared memory; the launch table's choice for mid-sized rows on sm_90):
@@ -511,14 +539,8 @@ static void test_cuda_keep(void **state) {
   (void)state;
   require_gpu();
   xt_rng rng = xt_rng_for("test_cuda_keep");
-  long errors = 0;
   /* V, dtype, cluster, threads, shared vectors per thread, stride, offset. */
-  const struct {
-    int64_t V;
-    int d, cluster, threads, vecs;
-    int64_t stride;
-    int offset;
-  } shapes[] = {
+  const forced_shape shapes[] = {
       {8, 0, 1, 256, 4, 0, 0},           {4095, 1, 1, 256, 0, 0, 1},
       {32000, 1, 1, 1024, 4, 0, 0},
       {32000, 1, 1, 256, 14, 0, 0},      {32000, 0, 1, 512, 2, 32000 + 5, 0},
@@ -526,26 +548,14 @@ static void test_cuda_keep(void **state) {
       {128256, 0, 1, 1024, 14, 0, 0},    {128256, 0, 2, 1024, 14, 0, 0},
       {128256, 1, 1, 512, 6, 0, 1},      {262144, 1, 2, 1024, 14, 0, 0},
       {262144, 0, 4, 512, 13, 262144 + 4, 0}};
-  for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
-    for (int grad = 0; grad < 2; grad++) {
-      if (g_quick && (i + grad) % 2) continue;
-      int64_t V = shapes[i].V;
-      if (shapes[i].cluster > 1 && !has_sm(9)) continue; /* clusters need sm_90 */
-      /* Enough rows that blocks of the persistent grid (up to 528 on an
-       * H200) take several, with ignored rows in between. */
-      xt_case c = xt_case_default(DTYPES[shapes[i].d], persistent_rows(V, 1200, 600), V);
-      c.stride = shapes[i].stride;
-      c.offset = shapes[i].offset;
-      c.ignore_frac = 0.1;
-      g_keep_cluster = shapes[i].cluster;
-      g_keep_threads = shapes[i].threads;
-      g_keep_vecs = shapes[i].vecs;
-      int flags = RUN_KEEP | (i < 3 ? RUN_COMPARE_CPU : 0);
-      errors += run_forced_case(&c, &rng, i + grad, grad, flags, "cuda keep", "keep");
-    }
-  }
+  long errors = run_forced_shapes(shapes, (int)(sizeof shapes / sizeof shapes[0]), keep_rows,
+                                  RUN_KEEP, "cuda keep", "keep", &rng);
   assert_int_equal(errors, 0);
 }
+
+/* One row per cluster of the two-read kernel: 96 rows of V >= 100000, 400
+ * below. */
+static int64_t cluster_rows(int64_t V) { return V >= 100000 ? 96 : 400; }
 
 /* The two-read kernel with a row split over a cluster of 2, 4 or 8 blocks
  * (sm_90+): the blocks exchange their statistics by asynchronous stores
@@ -556,32 +566,15 @@ static void test_cuda_tworead_cluster(void **state) {
   require_gpu();
   require_sm(9, "clusters");
   xt_rng rng = xt_rng_for("test_cuda_tworead_cluster");
-  long errors = 0;
-  /* V, dtype, cluster, threads, stride, offset. */
-  const struct {
-    int64_t V;
-    int d, cluster, threads;
-    int64_t stride;
-    int offset;
-  } shapes[] = {{8, 0, 2, 256, 0, 0},           {4095, 1, 2, 512, 0, 1},
-                {32000, 1, 2, 512, 0, 0},       {32000, 0, 4, 256, 32000 + 5, 0},
-                {50257, 2, 2, 1024, 50264, 1},  {128256, 1, 2, 512, 0, 0},
-                {128256, 0, 4, 512, 0, 1},      {262144, 1, 8, 1024, 0, 0}};
-  for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
-    for (int grad = 0; grad < 2; grad++) {
-      if (g_quick && (i + grad) % 2) continue;
-      int64_t V = shapes[i].V;
-      xt_case c = xt_case_default(DTYPES[shapes[i].d], V >= 100000 ? 96 : 400, V);
-      c.stride = shapes[i].stride;
-      c.offset = shapes[i].offset;
-      c.ignore_frac = 0.1;
-      g_two_read_cluster = shapes[i].cluster;
-      g_two_read_threads = shapes[i].threads;
-      int flags = RUN_TWO_READ_CLUSTER | (i < 3 ? RUN_COMPARE_CPU : 0);
-      errors += run_forced_case(&c, &rng, i + grad, grad, flags, "cuda two-read cluster",
-                                "two-read");
-    }
-  }
+  /* V, dtype, cluster, threads, -, stride, offset. */
+  const forced_shape shapes[] = {
+      {8, 0, 2, 256, 0, 0, 0},          {4095, 1, 2, 512, 0, 0, 1},
+      {32000, 1, 2, 512, 0, 0, 0},      {32000, 0, 4, 256, 0, 32000 + 5, 0},
+      {50257, 2, 2, 1024, 0, 50264, 1}, {128256, 1, 2, 512, 0, 0, 0},
+      {128256, 0, 4, 512, 0, 0, 1},     {262144, 1, 8, 1024, 0, 0, 0}};
+  long errors = run_forced_shapes(shapes, (int)(sizeof shapes / sizeof shapes[0]),
+                                  cluster_rows, RUN_TWO_READ_CLUSTER, "cuda two-read cluster",
+                                  "two-read", &rng);
   assert_int_equal(errors, 0);
 }
 
