@@ -1001,51 +1001,37 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
       printf("  %-34s %9.4f ms  (%s)\n", "default", s.p50, tb->default_launch);
 
       for (size_t ci = 0; ci < sizeof tune_candidates / sizeof tune_candidates[0]; ci++) {
-        {
-          {
-            int pa = tune_candidates[ci][0], cl = tune_candidates[ci][1];
-            int th = tune_candidates[ci][2], sz = tune_candidates[ci][3];
-            char name[64];
-            if (mode == MODE_FORWARD_NOGRAD && (pa == 3 || pa == 4)) continue;
-            if (pa == 1)
-              snprintf(name, sizeof name, "two-read cluster=%d threads=%d%s%s", cl, th,
-                       (sz & 1) ? " l2-hint" : "", (sz & 2) ? " stats" : "");
-            else if (pa == 6)
-              snprintf(name, sizeof name, "keep cluster=%d threads=%d smem<=%d", cl, th, sz);
-            else if (pa == 5) snprintf(name, sizeof name, "stream threads=%d slots=%d", th, sz);
-            else if (pa == 2)
-              snprintf(name, sizeof name, "one-read cluster=%d threads=%d vecs=%d", cl, th, sz);
-            else if (cl == 0)
-              snprintf(name, sizeof name, "%s threads=%d slots=%d", pa == 4 ? "ring-lsu" : "ring",
-                       th, sz);
-            else
-              snprintf(name, sizeof name, "%s cluster=%d threads=%d slots=%d",
-                       pa == 4 ? "ring-lsu" : "ring", cl, th, sz);
-            xent_tune_override(pa, cl, th, sz);
-            if (gpu_time_mode(g, mode, 0, iters, warmup, &s, &st)) {
-              if (st == XENT_ERROR_UNSUPPORTED) {
-                printf("  %-34s %12s\n", name, "unsupported");
-                continue;
-              }
-              printf("  %-34s failed (%s)\n", name, xent_status_string(st));
-              if (st == XENT_ERROR_CUDA || st == XENT_OK) {
-                rc = -1;
-                goto done_shape;
-              }
-              continue;
-            }
-            if (tune_snapshot(g, &got)) {
-              rc = -1;
-              goto done_shape;
-            }
-            int ok = tune_agrees(&ref, &got, dt);
-            printf("  %-34s %9.4f ms  (%8.4f / %8.4f)  x%.3f%s  [%s]\n", name, s.p50, s.p20, s.p80,
-                   tb->default_ms / s.p50, ok ? "" : "  RESULT MISMATCH", xent_tune_last_launch());
-            if (ok && s.p50 < tb->best_ms) {
-              tb->best_ms = s.p50;
-              snprintf(tb->best, sizeof tb->best, "%s", name);
-            }
+        int pa = tune_candidates[ci][0], cl = tune_candidates[ci][1];
+        int th = tune_candidates[ci][2], sz = tune_candidates[ci][3];
+        char name[64];
+        if (pa == 1)
+          snprintf(name, sizeof name, "two-read cluster=%d threads=%d%s%s", cl, th,
+                   (sz & 1) ? " l2-hint" : "", (sz & 2) ? " stats" : "");
+        else /* 6, the only other path among the candidates */
+          snprintf(name, sizeof name, "keep cluster=%d threads=%d smem<=%d", cl, th, sz);
+        xent_tune_override(pa, cl, th, sz);
+        if (gpu_time_mode(g, mode, 0, iters, warmup, &s, &st)) {
+          if (st == XENT_ERROR_UNSUPPORTED) {
+            printf("  %-34s %12s\n", name, "unsupported");
+            continue;
           }
+          printf("  %-34s failed (%s)\n", name, xent_status_string(st));
+          if (st == XENT_ERROR_CUDA || st == XENT_OK) {
+            rc = -1;
+            goto done_shape;
+          }
+          continue;
+        }
+        if (tune_snapshot(g, &got)) {
+          rc = -1;
+          goto done_shape;
+        }
+        int ok = tune_agrees(&ref, &got, dt);
+        printf("  %-34s %9.4f ms  (%8.4f / %8.4f)  x%.3f%s  [%s]\n", name, s.p50, s.p20, s.p80,
+               tb->default_ms / s.p50, ok ? "" : "  RESULT MISMATCH", xent_tune_last_launch());
+        if (ok && s.p50 < tb->best_ms) {
+          tb->best_ms = s.p50;
+          snprintf(tb->best, sizeof tb->best, "%s", name);
         }
       }
     done_shape:
