@@ -3,7 +3,7 @@
 # runs the stages named on the command line (default: all but compare), and
 # prints a short table last. Logs go to $OUT (or out/) for later reading.
 #
-#   scripts/device.sh [build] [test] [sanitize] [tune] [bench] [diag] [python] [compare]
+#   scripts/device.sh [build] [test] [sanitize] [tune] [bench] [diag] [probe] [python] [compare]
 #
 # Stages:
 #   build     CMake + Ninja build (Release), cmocka from .deps when offline
@@ -13,6 +13,8 @@
 #   bench     xent-bench: the default table
 #   diag      the forward kernels with parts of their work removed (XENT_DIAG builds),
 #             timed beside the real ones at forced launches (bench/NOTES.md v8)
+#   probe     xent-stream-probe: plain in-place and copy kernels against cudaMemcpy, and
+#             whether the benchmark's L2 flush evicts evict-last lines
 #   python    the pytest parity suite (CUDA parts included)
 #   compare   bench/compare.py: the full sweep against every peer, plots, summary
 set -uo pipefail
@@ -96,11 +98,13 @@ fi
 
 if has diag; then
   # XENT_DIAG_LEVELS: which builds besides the real one (src/cuda/device_common.cuh says what
-  # each removes); XENT_DIAG_LAUNCHES: xent-bench --launch values; XENT_DIAG_ARGS: its other
-  # flags. Each level builds the library and xent-bench alone, in build/diag<level>.
+  # each removes); XENT_DIAG_LAUNCHES: xent-bench --launch values; XENT_DIAG_SHAPES: V:dtype
+  # pairs; XENT_DIAG_ARGS: xent-bench's other flags. Each level builds the library and
+  # xent-bench alone, in build/diag<level>.
   levels=${XENT_DIAG_LEVELS:-1 2 3 4}
   launches=${XENT_DIAG_LAUNCHES:-1,1,512,0 1,1,1024,0 6,1,512,13 1,2,512,0 1,2,1024,0}
-  dargs=${XENT_DIAG_ARGS:---mode forward --vocab 128256 --dtype bf16}
+  shapes=${XENT_DIAG_SHAPES:-128256:bf16}
+  dargs=${XENT_DIAG_ARGS:---mode forward}
   stamp "diag builds: $levels"
   for lv in $levels; do
     (cmake -S . -B build/diag$lv -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_PTX=OFF \
@@ -110,17 +114,28 @@ if has diag; then
   wait
   stamp "diag runs"
   {
-    printf '%-8s %-14s %10s  %s\n' build launch "ms" "(p20 / p80)"
-    for lv in 0 $levels; do
-      b=build; [ "$lv" = 0 ] || b=build/diag$lv
+    printf '%-14s %-8s %-14s %10s  %s\n' shape build launch "ms" "(p20 / p80)"
+    for sh in $shapes; do
       for l in $launches; do
-        line=$(timeout 60 $b/bench/xent-bench --launch $l $dargs 2>&1 | grep -E '^BT=' | head -1)
-        [ -n "$line" ] && line=$(echo "$line" | awk '{print $5, $6, $7, $8, $9}')
-        printf '%-8s %-14s %s\n' "diag$lv" "$l" "${line:-failed or not supported}"
+        for lv in 0 $levels; do
+          b=build; [ "$lv" = 0 ] || b=build/diag$lv
+          line=$(timeout 60 $b/bench/xent-bench --launch $l --vocab ${sh%%:*} --dtype ${sh##*:} \
+                 $dargs 2>&1 | grep -E '^BT=' | head -1)
+          [ -n "$line" ] && line=$(echo "$line" | awk '{print $5, $6, $7, $8, $9}')
+          printf '%-14s %-8s %-14s %s\n' "$sh" "diag$lv" "$l" "${line:-failed or not supported}"
+        done
       done
     done
   } | tee "$OUT/diag.txt"
   note diag "see diag.txt (diag0 = the real kernels)"
+fi
+
+if has probe; then
+  stamp "probe"
+  timeout ${XENT_PROBE_TIMEOUT:-200} build/bench/xent-stream-probe ${XENT_PROBE_ARGS:-} \
+    >"$OUT/probe.log" 2>&1
+  note probe "rc=$? (see probe.log)"
+  cat "$OUT/probe.log"
 fi
 
 if has sanitize; then
