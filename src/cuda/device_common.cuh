@@ -23,10 +23,15 @@
  *   4  as 2, and no cluster exchange (each block keeps its statistics)
  *   5  as 2, with the two-read kernel's clusters exchanging their statistics
  *      as before v9 (cluster_combine: a cluster barrier per row), to time
- *      against the asynchronous exchange */
+ *      against the asynchronous exchange
+ *   6  the real kernels, with the logits' 16-byte loads and stores plain
+ *      (no evict-first .cs hints)
+ *   7  the real kernels, with plain loads and .cs stores */
 #ifndef XENT_DIAG
 #define XENT_DIAG 0
 #endif
+/* Levels 2 to 5 remove the arithmetic. */
+#define XENT_DIAG_NO_MATH (XENT_DIAG >= 2 && XENT_DIAG <= 5)
 
 namespace xent {
 
@@ -229,6 +234,23 @@ __device__ __forceinline__ int64_t load_target(const void *t, int t64, int64_t r
   return t64 ? ((const int64_t *)t)[r] : (int64_t)((const int32_t *)t)[r];
 }
 
+/* The forward's 16-byte loads of the logits that no later pass asks L2 for
+ * again, and its 16-byte stores of the gradient (evict-first hints). */
+__device__ __forceinline__ uint4 ld_once(const uint4 *p) {
+#if XENT_DIAG == 6 || XENT_DIAG == 7
+  return __ldca(p);
+#else
+  return __ldcs(p);
+#endif
+}
+__device__ __forceinline__ void st_grad(uint4 *p, uint4 v) {
+#if XENT_DIAG == 6
+  *p = v;
+#else
+  __stcs(p, v);
+#endif
+}
+
 __device__ __forceinline__ float fast_exp2(float x) {
 #if XENT_DIAG == 1
   return fmaf(x, 1e-4f, 1.0f);
@@ -348,7 +370,7 @@ template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH>
 __device__ __forceinline__ void fold_vec(const fwd_params &p, const uint4 &v, int j0, float &m,
                                          float &s, part &q) {
   constexpr int VN = elem<T>::N;
-#if XENT_DIAG >= 2
+#if XENT_DIAG_NO_MATH
   (void)p, (void)j0, (void)q, (void)VN;
   m = 0.0f;
   s += __uint_as_float((v.x ^ v.y ^ v.z ^ v.w) & 0x3fffffffu);
@@ -419,7 +441,7 @@ template <typename T, bool GENERAL>
 __device__ __forceinline__ void grad_vec(const fwd_params &p, const grad_coef &gc,
                                          float (&f)[elem<T>::N], int j0) {
   constexpr int VN = elem<T>::N;
-#if XENT_DIAG >= 2
+#if XENT_DIAG_NO_MATH
   (void)p, (void)gc, (void)f, (void)j0, (void)VN;
 #else
   float dfac[VN];
@@ -534,7 +556,7 @@ __device__ __forceinline__ void zero_row(char *row, const row_geom &g, int j0, i
                                          int e0, int estep) {
   uint4 *vp = (uint4 *)(row + (int64_t)g.head * sizeof(T));
   if (jend > g.nvec) jend = g.nvec;
-  for (int j = j0; j < jend; j += step) __stcs(vp + j, make_uint4(0, 0, 0, 0));
+  for (int j = j0; j < jend; j += step) st_grad(vp + j, make_uint4(0, 0, 0, 0));
   for (int e = e0; e < g.extras; e += estep)
     elem<T>::store(row + (int64_t)extra_index(g, e) * sizeof(T), 0.0f);
 }

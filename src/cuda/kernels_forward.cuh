@@ -224,11 +224,11 @@ __device__ __forceinline__ void tworead_pass1(const fwd_params &p, const char *r
       int j = j0 + u * nt;
       if (j < j_end) {
         if (KEEP) {
-          v[u] = it * U + u < ks_vecs ? __ldcs(vp + j) : __ldca(vp + j);
+          v[u] = it * U + u < ks_vecs ? ld_once(vp + j) : __ldca(vp + j);
         } else if (hint) {
           v[u] = ld_l2(vp + j, pol);
         } else {
-          v[u] = p.write_grad ? __ldca(vp + j) : __ldcs(vp + j);
+          v[u] = p.write_grad ? __ldca(vp + j) : ld_once(vp + j);
         }
       }
     }
@@ -282,11 +282,11 @@ __device__ __forceinline__ void tworead_load2(const tworead_walk &w, int it,
     if (j < w.j_end) {
       if (KEEP) {
         const int k = it * kTwoReadUnroll + u;
-        v[u] = k < w.keep_vecs ? w.keep_smem[k * nt + tid] : __ldcs(w.vp + j);
+        v[u] = k < w.keep_vecs ? w.keep_smem[k * nt + tid] : ld_once(w.vp + j);
       } else if (w.hint) {
         v[u] = ld_l2(w.vp + j, w.pol);
       } else {
-        v[u] = __ldcs(w.vp + j);
+        v[u] = ld_once(w.vp + j);
       }
     }
   }
@@ -400,7 +400,7 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
             float f[VN];
             elem<T>::unpack(v[u], f);
             grad_vec<T, GENERAL>(p, gc, f, g.head + j * VN);
-            __stcs(vp + j, elem<T>::pack(f));
+            st_grad(vp + j, elem<T>::pack(f));
           }
         }
       }
