@@ -91,6 +91,7 @@ typedef struct config {
   int quick, tune;
   int launch[4];      /* --launch: path, cluster, threads, size            */
   int launch_given;
+  int scale_waves;    /* --scale-waves: the backward's grid (0: default)   */
   int modes[MODE_COUNT];
   int modes_given;
   xent_dtype dtypes[MAX_DTYPES];
@@ -1089,6 +1090,8 @@ static void usage(void) {
       "                            xent_tune_override(path, cluster, threads, size)\n"
       "                            takes it (src/cuda/tune.h); a point it cannot run\n"
       "                            fails\n"
+      "  --scale-waves N           GPU: the backward's grid in waves of resident\n"
+      "                            blocks (xent_tune_backward; -1: a block per item)\n"
       "  --seed N                  random inputs' seed (default 1234)\n"
       "  --help\n");
 }
@@ -1104,7 +1107,7 @@ static long long parse_int(const char *flag, const char *s, long long lo, long l
 
 /* --launch P,C,T,S: four integers for xent_tune_override. */
 static void parse_launch(config *c, const char *s) {
-  static const long long lo[4] = {1, 0, 32, 0}, hi[4] = {6, 8, 1024, 64};
+  static const long long lo[4] = {1, 0, 32, 0}, hi[4] = {7, 8, 1024, 64};
   static const char *what[4] = {"path", "cluster", "threads", "size"};
   char buf[128];
   if (strlen(s) >= sizeof buf) die_usage("--launch wants P,C,T,S, got '%s'", s);
@@ -1200,6 +1203,9 @@ static void parse_args(config *c, int argc, char **argv) {
     else if (!strcmp(name, "--launch")) {
       NEXT_VAL();
       parse_launch(c, val);
+    } else if (!strcmp(name, "--scale-waves")) {
+      NEXT_VAL();
+      c->scale_waves = (int)parse_int("--scale-waves", val, -1, 1024);
     }
     else if (!strcmp(name, "--sweep")) {
       NEXT_VAL();
@@ -1311,9 +1317,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   int gpu = have_gpu && !cfg.force_cpu;
-  if ((cfg.tune || cfg.launch_given) && !gpu) {
+  if ((cfg.tune || cfg.launch_given || cfg.scale_waves) && !gpu) {
     fprintf(stderr, "xent-bench: %s needs the GPU backend (%s)\n",
-            cfg.tune ? "--tune" : "--launch",
+            cfg.tune ? "--tune" : cfg.launch_given ? "--launch" : "--scale-waves",
             !info.cuda_built ? "this build has no CUDA backend" : "no CUDA device, or --cpu");
     return 2;
   }
@@ -1396,6 +1402,7 @@ int main(int argc, char **argv) {
            cfg.launch[0], cfg.launch[1], cfg.launch[2], cfg.launch[3]);
     xent_tune_override(cfg.launch[0], cfg.launch[1], cfg.launch[2], cfg.launch[3]);
   }
+  if (cfg.scale_waves) xent_tune_backward(cfg.scale_waves);
 #endif
 
   if (cfg.csv_path) {
@@ -1464,6 +1471,7 @@ int main(int argc, char **argv) {
           }
           if (m == MODE_BACKWARD) {
             stats s1;
+            printf("  launch: %s\n", xent_tune_last_backward());
             if (gpu_time_mode(&g, m, 1, iters, warmup, &s1, &xst) == 0)
               printf("  note: backward with grad_output == 1 (read on the device) skips the "
                      "pass: %.4f ms\n",

@@ -118,9 +118,10 @@ void leave_device(const device_scope *s) {
 /* Tuning override (xent-bench --tune)                                       */
 /* ------------------------------------------------------------------------ */
 
-xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 int g_override_on = 0;
 thread_local char g_last_launch[96] = "none";
+thread_local char g_last_scale[96] = "none";
 
 /* ------------------------------------------------------------------------ */
 /* Kernel selection                                                          */
@@ -319,10 +320,11 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     xent_status st =
         resident_units(k, l, dp, smem, dp->smem_optin - XENT_TWOREAD_STATIC_SMEM, &resident);
     if (st) return st;
-    blocks = (p.rows < resident ? p.rows : resident) * (int64_t)l.cluster;
+    if (!l.per_row) blocks = (p.rows < resident ? p.rows : resident) * (int64_t)l.cluster;
     cfg.dynamicSmemBytes = (size_t)smem;
   }
-  if ((l.path == XENT_PATH_TWOREAD || l.path == XENT_PATH_ONEREAD) &&
+  if ((l.path == XENT_PATH_TWOREAD || l.path == XENT_PATH_ONEREAD ||
+       (l.path == XENT_PATH_KEEP && l.per_row)) &&
       p.rows > 0x7fffffffLL / l.cluster) {
     return xent_fail(XENT_ERROR_UNSUPPORTED, "rows = %lld is more than one launch can hold",
                      (long long)p.rows);
@@ -346,8 +348,9 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
              name, l.cluster, l.threads, l.slots, (long long)blocks, general ? " general" : "");
   else if (l.path == XENT_PATH_KEEP)
     snprintf(g_last_launch, sizeof g_last_launch,
-             "%s cluster=%d threads=%d smem_vecs=%d grid=%lld%s", name, l.cluster, l.threads,
-             p.keep_vecs, (long long)blocks, general ? " general" : "");
+             "%s cluster=%d threads=%d smem_vecs=%d grid=%lld%s%s", name, l.cluster, l.threads,
+             p.keep_vecs, (long long)blocks, l.per_row ? " per-row" : "",
+             general ? " general" : "");
   else
     snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d vecs=%d%s%s%s", name,
              l.cluster, l.threads, l.vecs, p.l2_hint ? " l2-hint" : "", stats ? " stats" : "",
@@ -538,16 +541,40 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
 /* Backward                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* The backward's grid, in waves of the blocks the GPU holds at once:
+ * kScaleWaves, or what xent_tune_backward set (-1: one item a block). */
+constexpr int kScaleWaves = 8;
+int g_scale_waves = 0;
+
+/* The scale kernel's launch. A block takes up to kScaleMaxThreads threads, as
+ * few as cover a row in one item where rows are short. The grid is at most
+ * `waves` times the blocks the GPU holds at once: a block then takes a few
+ * items, and blocks finishing early take the next ones, so that SMs that
+ * stream slower get less of the work (a persistent grid, one block per slot,
+ * was 4 % slower on an H200: bench/NOTES.md v10). Few waves also keep the
+ * skip cheap: with a scalar factor of 1 every block reads it and returns. */
 template <typename T>
 xent_status launch_scale(const scale_params &s, int sms, cudaStream_t stream) {
   const int vn = 16 / (int)sizeof(T);
-  const int64_t nvec = s.vocab / vn, per_chunk = (int64_t)kScaleThreads * kScaleUnroll;
+  const int64_t nvec = s.vocab / vn;
+  int64_t threads = (nvec + kScaleUnroll - 1) / kScaleUnroll;
+  threads = (threads + 31) / 32 * 32;
+  if (threads < 32) threads = 32;
+  if (threads > kScaleMaxThreads) threads = kScaleMaxThreads;
+  const int64_t per_chunk = threads * kScaleUnroll;
   int64_t chunks = (nvec + per_chunk - 1) / per_chunk;
   if (chunks < 1) chunks = 1;
-  int64_t items = s.rows * chunks, grid = (int64_t)(sms > 0 ? sms : 132) * 32;
-  if (grid > items) grid = items;
-  scale_kernel<T><<<(unsigned)grid, kScaleThreads, 0, stream>>>(s, (int)chunks);
+  int per_sm = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, scale_kernel<T>, (int)threads, 0));
+  if (per_sm < 1) per_sm = 1;
+  const int waves = g_scale_waves > 0 ? g_scale_waves : kScaleWaves;
+  int64_t items = s.rows * chunks, grid = (int64_t)(sms > 0 ? sms : 132) * per_sm * waves;
+  if (g_scale_waves < 0 || grid > items) grid = items;
+  if (grid > 0x7fffffffLL) grid = 0x7fffffffLL;
+  scale_kernel<T><<<(unsigned)grid, (unsigned)threads, 0, stream>>>(s, (int)chunks);
   CK(cudaGetLastError());
+  snprintf(g_last_scale, sizeof g_last_scale, "scale threads=%d unroll=%d grid=%lld",
+           (int)threads, kScaleUnroll, (long long)grid);
   return XENT_OK;
 }
 
@@ -642,13 +669,17 @@ xent_status xent_cuda_backward(const xent_scale_call *c) {
 }
 
 void xent_tune_override(int path, int cluster, int threads, int size) {
-  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0, 0, 0};
+  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0, 0, 0, 0};
   if (path == XENT_PATH_TWOREAD) {
     o.hint = size & 1;
     o.stats = (size >> 1) & 1;
   }
   if (path == XENT_PATH_ONEREAD) o.vecs = size;
-  if (path == XENT_PATH_KEEP) o.keep = size;
+  if (path == XENT_PATH_KEEP || path == XENT_PATH_KEEP + 1) o.keep = size;
+  if (path == XENT_PATH_KEEP + 1) { /* 7: the keep path, a row per block */
+    o.path = XENT_PATH_KEEP;
+    o.per_row = 1;
+  }
   if (path == XENT_PATH_RING || path == XENT_PATH_RING + 1 || path == XENT_PATH_STREAM)
     o.slots = size;
   if (path == XENT_PATH_RING + 1) { /* 4: the ring with per-thread copies */
@@ -656,9 +687,13 @@ void xent_tune_override(int path, int cluster, int threads, int size) {
     o.lsu = 1;
   }
   g_override = o;
-  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_KEEP;
+  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_KEEP + 1;
 }
 
 const char *xent_tune_last_launch(void) { return g_last_launch; }
+
+void xent_tune_backward(int waves) { g_scale_waves = waves; }
+
+const char *xent_tune_last_backward(void) { return g_last_scale; }
 
 }  /* extern "C" */

@@ -131,18 +131,21 @@ __global__ void fill_kernel(float *loss, float *z_loss, float *acc, float lv, fl
   if (acc) acc[0] = av;
 }
 
-constexpr int kScaleThreads = 256;
-constexpr int kScaleUnroll = 4;
+constexpr int kScaleMaxThreads = 512;
+constexpr int kScaleUnroll = 16; /* vectors a thread loads before it stores */
 
 /* Work item i of the scale kernel: row i / chunks, vectors of chunk
- * i % chunks. The grid is small and strides over the items, so the
- * skip-when-1 case costs a handful of blocks, not one per item. */
+ * i % chunks, blockDim.x * kScaleUnroll of them a chunk. Each thread loads
+ * all its vectors of the item, then scales and stores them; plain loads and
+ * stores (evict-first hints were 3 % slower, bench/NOTES.md v10). The host
+ * sizes the grid (launch_scale). */
 template <typename T>
-__global__ void __launch_bounds__(kScaleThreads) scale_kernel(const scale_params s,
-                                                              int chunks) {
+__global__ void __launch_bounds__(kScaleMaxThreads) scale_kernel(const scale_params s,
+                                                                 int chunks) {
   constexpr int VN = elem<T>::N;
   constexpr int ES = (int)sizeof(T);
-  constexpr int per_chunk = kScaleThreads * kScaleUnroll;
+  constexpr int U = kScaleUnroll;
+  const int nt = blockDim.x;
   /* A scalar factor is read once; when it is 1 there is nothing to do. */
   const float g0 = s.per_row ? 0.0f : (s.grad_output ? s.grad_output[0] : s.host_scale);
   if (!s.per_row && g0 == 1.0f) return;
@@ -157,26 +160,26 @@ __global__ void __launch_bounds__(kScaleThreads) scale_kernel(const scale_params
     char *rowp = s.g + row * s.stride_bytes;
     const row_geom g = make_geom<T>(rowp, s.vocab);
     uint4 *vp = (uint4 *)(rowp + (int64_t)g.head * ES);
-    const int j0 = chunk * per_chunk + threadIdx.x;
-    uint4 v[kScaleUnroll];
+    const int j0 = chunk * nt * U + threadIdx.x;
+    uint4 v[U];
 #pragma unroll
-    for (int u = 0; u < kScaleUnroll; u++) {
-      int j = j0 + u * kScaleThreads;
-      if (j < g.nvec) v[u] = __ldcs(vp + j);
+    for (int u = 0; u < U; u++) {
+      const int j = j0 + u * nt;
+      if (j < g.nvec) v[u] = __ldca(vp + j);
     }
 #pragma unroll
-    for (int u = 0; u < kScaleUnroll; u++) {
-      int j = j0 + u * kScaleThreads;
+    for (int u = 0; u < U; u++) {
+      const int j = j0 + u * nt;
       if (j < g.nvec) {
         float f[VN];
         elem<T>::unpack(v[u], f);
 #pragma unroll
         for (int e = 0; e < VN; e++) f[e] *= gfac;
-        __stcs(vp + j, elem<T>::pack(f));
+        vp[j] = elem<T>::pack(f);
       }
     }
     if (chunk == 0) {
-      for (int e = threadIdx.x; e < g.extras; e += kScaleThreads) {
+      for (int e = threadIdx.x; e < g.extras; e += nt) {
         char *ep = rowp + (int64_t)extra_index(g, e) * ES;
         elem<T>::store(ep, elem<T>::load(ep) * gfac);
       }

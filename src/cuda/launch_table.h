@@ -25,8 +25,8 @@
  *   keep      (fwd_tworead with KEEP): the two-read kernel, except that each
  *             thread holds its first `keep` vectors of the row (at most) in
  *             shared memory from pass 1 to pass 2, which re-reads only the
- *             rest. A persistent grid. Any GPU, any alignment; clusters as
- *             for two-read.
+ *             rest. A persistent grid, or with `per_row` a row per block
+ *             (cluster). Any GPU, any alignment; clusters as for two-read.
  *   two-read  (fwd_tworead): a row per cluster of `cluster` blocks of
  *             `threads` threads (cluster 1: a row per block, any GPU), any V,
  *             any alignment. Pass 1 reads the row, pass 2 re-reads it (partly
@@ -64,6 +64,8 @@ typedef struct xent_launch {
                       flags (accuracy, smoothing) at run time even when the
                       call needs none; only xent_tune_override sets it, to
                       measure what the plain kernel saves               */
+  int per_row;     /* keep: a row per block (cluster), the rows left to the
+                      hardware's block scheduler; 0: a persistent grid   */
 } xent_launch;
 
 enum {
@@ -137,7 +139,7 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
                                     int aligned) {
   for (int pass = 0; pass < 2; pass++) {
     for (int K = 1; K <= XENT_MAX_CLUSTER; K++) {
-      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0, 0, 0, 0};
+      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0, 0, 0, 0, 0};
       long long chunks = xent_ring_chunks(vocab, es, K, XENT_RING_CHUNK_VECS);
       if (pass == 0 && chunks * 8 > (long long)slots * 5) continue;
       if (xent_ring_fits(&r, sm_major, es, vocab, aligned)) return K;
@@ -149,7 +151,7 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
 /* The table. sm_major: compute capability major; es: element bytes. */
 static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab,
                                            int write_grad) {
-  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0, 0, 0};
+  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0, 0, 0, 0};
   long long row_bytes = vocab * es;
 
   if (!write_grad) {
@@ -181,10 +183,16 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
    * On an H200 (bench/NOTES.md v8): 3.4 to 8.5 % faster at bf16 V = 50304
    * and 128256 and at fp32 V = 50304; even at bf16 32000 and slower at
    * fp32 32000 (256 KB of rows per SM each). sm_90 only: other GPUs have
-   * less shared memory per SM or are unmeasured. */
+   * less shared memory per SM or are unmeasured.
+   * A row per block (cluster), not a persistent grid: the hardware then
+   * hands each row to whichever SM frees a slot first, so that SMs that
+   * stream slower take fewer rows. On an H200 (bench/NOTES.md v10): bf16
+   * V = 128256 2.6 % faster, bf16 262144 3.2 %, fp32 262144 0.9 %, fp32
+   * 128256 even (0.4 % slower). */
   if (sm_major == 9 && row_bytes <= 256 * 1024 && row_bytes * (1024 / l.threads) > 320 * 1024) {
     l.path = XENT_PATH_KEEP;
     l.keep = 13;
+    l.per_row = 1;
   }
   /* Rows over 256 KB on sm_90: the keep path with 512 threads, a row split
    * over a cluster of K blocks (the fewest of 1, 2, 4, 8) so that a block's
@@ -201,6 +209,7 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
       l.cluster = K;
       l.threads = 512;
       l.keep = 13;
+      l.per_row = 1;
       return l;
     }
   }

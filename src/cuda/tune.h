@@ -31,7 +31,9 @@ extern "C" {
  *         (any GPU; cluster > 1 needs sm_90+): each thread keeps its first
  *         `size` 16-byte vectors (at most) in shared memory; only the rest is
  *         read again. A persistent grid.
- * Paths 1, 2, 5 and 6 also apply to forward calls without a gradient.
+ * path 7: path 6 with a row per block (cluster) instead of a persistent
+ *         grid: the hardware's block scheduler hands out the rows.
+ * Paths 1, 2, 5, 6 and 7 also apply to forward calls without a gradient.
  * path 0: back to the launch table. A configuration that cannot run the
  * call fails it with XENT_ERROR_UNSUPPORTED. */
 XENT_API void xent_tune_override(int path, int cluster, int threads, int size);
@@ -39,6 +41,15 @@ XENT_API void xent_tune_override(int path, int cluster, int threads, int size);
 /* A short description of the launch the last CUDA forward call used on this
  * thread, such as "ring cluster=2 threads=512 slots=14 grid=132". */
 XENT_API const char *xent_tune_last_launch(void);
+
+/* The grid of the next CUDA backward (scale) calls of this process, in
+ * waves of the blocks the GPU holds at once: 0 for the default, -1 for one
+ * work item per block. */
+XENT_API void xent_tune_backward(int waves);
+
+/* The launch of the last CUDA backward call that ran the scale kernel on
+ * this thread, such as "scale threads=512 unroll=16 grid=1056". */
+XENT_API const char *xent_tune_last_backward(void);
 
 #ifdef __cplusplus
 }

@@ -215,10 +215,11 @@ enum {
   RUN_STREAM = 32,
   RUN_ONE_READ = 64,
   RUN_KEEP = 128,
-  RUN_TWO_READ_CLUSTER = 256
+  RUN_TWO_READ_CLUSTER = 256,
+  RUN_KEEP_PER_ROW = 512
 };
 
-/* The launch RUN_STREAM, RUN_KEEP and RUN_TWO_READ_CLUSTER force: blocks
+/* The launch RUN_STREAM, RUN_KEEP(_PER_ROW) and RUN_TWO_READ_CLUSTER force: blocks
  * per row (not the stream kernel's), threads, and the path's size (stream:
  * slots per thread; keep: shared-memory vectors per thread at most). */
 static struct {
@@ -232,6 +233,8 @@ static void force_path(int flags) {
   if (flags & RUN_STREAM) xent_tune_override(5, 1, g_launch.threads, g_launch.size);
   else if (flags & RUN_KEEP)
     xent_tune_override(6, g_launch.cluster, g_launch.threads, g_launch.size);
+  else if (flags & RUN_KEEP_PER_ROW)
+    xent_tune_override(7, g_launch.cluster, g_launch.threads, g_launch.size);
   else if (flags & RUN_TWO_READ_CLUSTER)
     xent_tune_override(1, g_launch.cluster, g_launch.threads, 0);
   else if (flags & RUN_ONE_READ) xent_tune_override(2, 1, 256, 16);
@@ -411,9 +414,13 @@ static void require_sm(int major, const char *what) {
   }
 }
 
-/* 1 (and a message) when the last forward's launch was not `kernel`. */
+/* 1 (and a message) when the last forward's launch was not `kernel`: the
+ * launch's description starts with its first word, and contains the rest
+ * (such as "keep per-row"). */
 static long not_launched(const char *kernel, int64_t V) {
-  if (strncmp(xent_tune_last_launch(), kernel, strlen(kernel)) == 0) return 0;
+  const char *launch = xent_tune_last_launch(), *rest = strchr(kernel, ' ');
+  const size_t head = rest ? (size_t)(rest - kernel) : strlen(kernel);
+  if (strncmp(launch, kernel, head) == 0 && (!rest || strstr(launch, rest + 1))) return 0;
   print_message("V=%lld: expected the %s kernel, ran %s\n", (long long)V, kernel,
                 xent_tune_last_launch());
   return 1;
@@ -556,6 +563,27 @@ static void test_cuda_keep(void **state) {
 /* One row per cluster of the two-read kernel: 96 rows of V >= 100000, 400
  * below. */
 static int64_t cluster_rows(int64_t V) { return V >= 100000 ? 96 : 400; }
+
+/* The keep path with a row per block or cluster (the launch table's choice
+ * on sm_90): each block initialises its cluster inbox and exchanges one
+ * row. Rows held whole, partly and not at all, over one block or clusters of
+ * 2 and 4, every dtype, packed, padded and unaligned, ignored rows among
+ * them. */
+static void test_cuda_keep_per_row(void **state) {
+  (void)state;
+  require_gpu();
+  xt_rng rng = xt_rng_for("test_cuda_keep_per_row");
+  /* V, dtype, cluster, threads, shared vectors per thread, stride, offset. */
+  const forced_shape shapes[] = {
+      {8, 0, 1, 256, 4, 0, 0},           {4095, 1, 2, 256, 0, 0, 1},
+      {32000, 1, 1, 256, 13, 0, 0},      {50257, 2, 1, 256, 8, 50264, 1},
+      {128256, 1, 1, 512, 13, 0, 0},     {128256, 0, 2, 512, 13, 0, 1},
+      {262144, 1, 2, 512, 13, 262144 + 8, 0}, {262144, 0, 4, 512, 13, 0, 0}};
+  long errors = run_forced_shapes(shapes, (int)(sizeof shapes / sizeof shapes[0]),
+                                  cluster_rows, RUN_KEEP_PER_ROW, "cuda keep per row",
+                                  "keep per-row", &rng);
+  assert_int_equal(errors, 0);
+}
 
 /* The two-read kernel with a row split over a cluster of 2, 4 or 8 blocks
  * (sm_90+): the blocks exchange their statistics by asynchronous stores
@@ -1636,6 +1664,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_ring_stream),
       cmocka_unit_test(test_cuda_stream),
       cmocka_unit_test(test_cuda_keep),
+      cmocka_unit_test(test_cuda_keep_per_row),
       cmocka_unit_test(test_cuda_tworead_cluster),
       cmocka_unit_test(test_cuda_layouts),
       cmocka_unit_test(test_cuda_ignored_rows),

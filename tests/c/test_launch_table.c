@@ -109,6 +109,8 @@ static void test_invariants(void **state) {
             why = "clusters off sm_90";
           else if (l.path == XENT_PATH_KEEP && (sm != 9 || !grad))
             why = "keep path off sm_90 or without a gradient";
+          else if (l.per_row != (l.path == XENT_PATH_KEEP))
+            why = "keep launches not a row per block (or per_row set off the keep path)";
           else if (l.hint && (l.path != XENT_PATH_TWOREAD || sm < 8 || !grad || row <= 256 * 1024))
             why = "L2 policies where they were not measured";
           else if (l.cluster > 1 && (row > (long long)l.cluster * 320 * 1024 ||
