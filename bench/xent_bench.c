@@ -847,7 +847,9 @@ static const int64_t tune_vocab_values[] = {32000, 50304, 128256, 152064, 262144
  * `cluster` blocks; size bit 0: L2 eviction policies, bit 1: the kernel that
  * reads the statistics flags at run time), 6 keep (two-read holding each
  * thread's first `size` vectors in shared memory; over a cluster, each
- * block's slice of the row). The one-read (2), ring
+ * block's slice of the row; 7: the same with a row per block or cluster
+ * instead of a persistent grid), 8 a row per warp (forward without gradient
+ * only; with one it reports unsupported). The one-read (2), ring
  * (3, 4) and stream (5) kernels lost to two-read at every size measured
  * (bench/NOTES.md v1, v4, v5) and are left out of the sweep;
  * xent_tune_override still runs them. */
@@ -856,7 +858,8 @@ static const int tune_candidates[][4] = {
     {1, 1, 1024, 3}, {1, 1, 512, 1},   {1, 1, 1024, 1}, {6, 1, 256, 13},
     {6, 1, 512, 13}, {6, 1, 1024, 14}, {6, 1, 512, 0},  {6, 1, 1024, 0},
     {1, 2, 512, 0},  {1, 2, 1024, 0},  {1, 4, 512, 0},  {6, 2, 512, 13},
-    {6, 2, 1024, 14}, {6, 4, 512, 13}};
+    {6, 2, 1024, 14}, {6, 4, 512, 13}, {7, 1, 512, 13}, {7, 2, 512, 13},
+    {7, 4, 512, 13}, {8, 1, 64, 0},    {8, 1, 128, 0},  {8, 1, 256, 0}};
 
 typedef struct tune_ref {
   float loss;
@@ -1008,8 +1011,11 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
         if (pa == 1)
           snprintf(name, sizeof name, "two-read cluster=%d threads=%d%s%s", cl, th,
                    (sz & 1) ? " l2-hint" : "", (sz & 2) ? " stats" : "");
-        else /* 6, the only other path among the candidates */
-          snprintf(name, sizeof name, "keep cluster=%d threads=%d smem<=%d", cl, th, sz);
+        else if (pa == 6 || pa == 7)
+          snprintf(name, sizeof name, "keep cluster=%d threads=%d smem<=%d%s", cl, th, sz,
+                   pa == 7 ? " per-row" : "");
+        else /* 8, the only other path among the candidates */
+          snprintf(name, sizeof name, "warp threads=%d", th);
         xent_tune_override(pa, cl, th, sz);
         if (gpu_time_mode(g, mode, 0, iters, warmup, &s, &st)) {
           if (st == XENT_ERROR_UNSUPPORTED) {
@@ -1107,7 +1113,7 @@ static long long parse_int(const char *flag, const char *s, long long lo, long l
 
 /* --launch P,C,T,S: four integers for xent_tune_override. */
 static void parse_launch(config *c, const char *s) {
-  static const long long lo[4] = {1, 0, 32, 0}, hi[4] = {7, 8, 1024, 64};
+  static const long long lo[4] = {1, 0, 32, 0}, hi[4] = {8, 8, 1024, 64};
   static const char *what[4] = {"path", "cluster", "threads", "size"};
   char buf[128];
   if (strlen(s) >= sizeof buf) die_usage("--launch wants P,C,T,S, got '%s'", s);

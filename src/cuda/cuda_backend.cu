@@ -157,6 +157,9 @@ fwd_kernel pick_kernel(const xent_launch &l, bool general, bool stats) {
     case XENT_PATH_ONEREAD:
       return general ? pick_oneread<T, true>(l.vecs) : pick_oneread<T, false>(l.vecs);
     case XENT_PATH_KEEP: return pick_tworead<T, true>(general, stats);
+    case XENT_PATH_WARP:
+      if (general) return fwd_warprow<T, true, true>;
+      return stats ? fwd_warprow<T, false, true> : fwd_warprow<T, false, false>;
   }
   return pick_tworead<T, false>(general, stats);
 }
@@ -197,6 +200,8 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
         ok = ok && xent_keep_fits(&o, es, c->in.vocab, dp->smem_optin);
       if (o.hint) /* L2 policies: sm_80+ (only path 1 sets it) */
         ok = ok && dp->sm_major >= 8;
+      if (o.path == XENT_PATH_WARP) /* no gradient; the kernel's launch bounds */
+        ok = ok && !c->write_grad && o.cluster == 1 && o.threads <= XENT_MAX_WARP_THREADS;
       if (o.path == XENT_PATH_ONEREAD)
         ok = ok && o.threads <= XENT_MAX_ONEREAD_THREADS &&
              (o.vecs == 2 || o.vecs == 4 || o.vecs == 8 || o.vecs == 16) &&
@@ -211,7 +216,7 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
     *l = o;
     return XENT_OK;
   }
-  *l = xent_launch_pick(dp->sm_major, es, c->in.vocab, c->write_grad);
+  *l = xent_launch_pick(dp->sm_major, es, c->in.vocab, c->write_grad, c->in.rows, dp->sms);
   return XENT_OK;
 }
 
@@ -323,6 +328,10 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     if (!l.per_row) blocks = (p.rows < resident ? p.rows : resident) * (int64_t)l.cluster;
     cfg.dynamicSmemBytes = (size_t)smem;
   }
+  if (l.path == XENT_PATH_WARP) {
+    const int64_t per_block = l.threads / 32;
+    blocks = (p.rows + per_block - 1) / per_block;
+  }
   if ((l.path == XENT_PATH_TWOREAD || l.path == XENT_PATH_ONEREAD ||
        (l.path == XENT_PATH_KEEP && l.per_row)) &&
       p.rows > 0x7fffffffLL / l.cluster) {
@@ -339,6 +348,7 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
                      : l.path == XENT_PATH_ONEREAD ? "one-read"
                      : l.path == XENT_PATH_STREAM  ? "stream"
                      : l.path == XENT_PATH_KEEP    ? "keep"
+                     : l.path == XENT_PATH_WARP    ? "warp"
                                                    : "two-read";
   if (l.path == XENT_PATH_STREAM)
     snprintf(g_last_launch, sizeof g_last_launch, "%s threads=%d slots=%d grid=%lld%s", name,
@@ -680,6 +690,7 @@ void xent_tune_override(int path, int cluster, int threads, int size) {
     o.path = XENT_PATH_KEEP;
     o.per_row = 1;
   }
+  /* 8: XENT_PATH_WARP, as it is */
   if (path == XENT_PATH_RING || path == XENT_PATH_RING + 1 || path == XENT_PATH_STREAM)
     o.slots = size;
   if (path == XENT_PATH_RING + 1) { /* 4: the ring with per-thread copies */
@@ -687,7 +698,7 @@ void xent_tune_override(int path, int cluster, int threads, int size) {
     o.lsu = 1;
   }
   g_override = o;
-  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_KEEP + 1;
+  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_WARP;
 }
 
 const char *xent_tune_last_launch(void) { return g_last_launch; }

@@ -25,6 +25,9 @@
  *   and label smoothing need (chosen per call at run time). Without it the
  *   kernel is the plain (max, sum) one, which keeps its 64 registers free of
  *   spills.
+ *
+ * fwd_warprow: forward without gradient, a row per warp: pass 1 of the
+ *   two-read kernel by the warp's 32 lanes, reduced by shuffles alone.
  */
 #ifndef XENT_CUDA_KERNELS_FORWARD_CUH
 #define XENT_CUDA_KERNELS_FORWARD_CUH
@@ -200,18 +203,18 @@ __global__ void __launch_bounds__(512, 1) fwd_oneread(const fwd_params p) {
 constexpr int kTwoReadUnroll = XENT_TWOREAD_UNROLL;
 
 /* Pass 1 over vectors [j_begin, j_end) (and the extra elements when
- * do_extras): an online (max, sum) and the max-pass statistics. With KEEP,
- * the thread's first `ks_vecs` vectors go to shared memory `ks` (vector k of
- * thread t at ks[k * threads + t]); those are read evict-first (pass 2 will
- * not ask L2 for them), the rest cache-all. */
-template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH, bool KEEP>
+ * do_extras), by `nt` threads of which this is number `tid`, U vectors a
+ * thread in flight: an online (max, sum) and the max-pass statistics. With
+ * KEEP, the thread's first `ks_vecs` vectors go to shared memory `ks`
+ * (vector k of thread t at ks[k * nt + t]); those are read evict-first
+ * (pass 2 will not ask L2 for them), the rest cache-all. */
+template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH, bool KEEP, int U = kTwoReadUnroll>
 __device__ __forceinline__ void tworead_pass1(const fwd_params &p, const char *rowp,
                                               const row_geom &g, int j_begin, int j_end,
-                                              bool do_extras, part &q, uint4 *ks, int ks_vecs) {
+                                              bool do_extras, part &q, uint4 *ks, int ks_vecs,
+                                              int tid, int nt) {
   constexpr int VN = elem<T>::N;
   constexpr int ES = (int)sizeof(T);
-  constexpr int U = kTwoReadUnroll;
-  const int nt = blockDim.x, tid = threadIdx.x;
   const uint4 *vp = (const uint4 *)(rowp + (int64_t)g.head * ES);
   float m = -INFINITY, s = 0.0f;
   const bool hint = !KEEP && p.l2_hint && p.write_grad;
@@ -355,7 +358,8 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
 
     part q = part_empty();
 #define XENT_TWOREAD_PASS1(A, S) \
-  tworead_pass1<T, GENERAL, A, S, KEEP>(p, rowp, g, j_begin, j_end, lead, q, keep_smem, ks_vecs)
+  tworead_pass1<T, GENERAL, A, S, KEEP>(p, rowp, g, j_begin, j_end, lead, q, keep_smem, ks_vecs, \
+                                        tid, nt)
     if (STATS) XENT_WITH_FLAGS(p, XENT_TWOREAD_PASS1);
     else XENT_TWOREAD_PASS1(false, false);
 #undef XENT_TWOREAD_PASS1
@@ -422,6 +426,51 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
    * its last exchange: each peer's stores have landed once that returns. */
   if (K > 1 && exchanged == 0) cluster_wait();
 #endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* A row per warp: the forward without gradient                               */
+/* ------------------------------------------------------------------------ */
+
+constexpr int kWarpRowUnroll = 8;
+
+/* Each warp reads one row (pass 1 of the two-read kernel, 8 vectors a lane
+ * in flight) and reduces it with shuffles alone: no block barrier, so no
+ * warp waits for another and an SM's loads never drain for a reduction.
+ * Rows go to warps in order, blockDim / 32 rows a block, a block per group
+ * of rows (the hardware hands them out). Forward without gradient only: a
+ * gradient would have pass 2 re-read a block's rows, 32 times the bytes of
+ * a row per SM in flight, from HBM. */
+template <typename T, bool GENERAL, bool STATS>
+__global__ void __launch_bounds__(256) fwd_warprow(const fwd_params p) {
+  constexpr int ES = (int)sizeof(T);
+  const int lane = threadIdx.x & 31;
+  const int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (row >= p.rows) return; /* uniform over the warp */
+  const int64_t y64 = load_target(p.targets, p.target64, row);
+  const char *rowp = p.x + row * p.stride_bytes;
+  const row_geom g = make_geom<T>(rowp, p.vocab);
+  const bool bad = target_bad(p, y64);
+  if (bad || y64 == p.ignore_index) {
+    if (lane == 0) skipped_row_outputs(p, row, bad);
+    return;
+  }
+  const int y = (int)y64;
+  float xy = 0.0f;
+  if (lane == 0) {
+    float d;
+    xy = elem<T>::load(rowp + (int64_t)y * ES);
+    if (GENERAL && p.use_softcap) xy = cap(p, xy, &d);
+  }
+  part q = part_empty();
+#define XENT_WARPROW_PASS(A, S)                                                              \
+  tworead_pass1<T, GENERAL, A, S, false, kWarpRowUnroll>(p, rowp, g, 0, g.nvec, true, q,     \
+                                                          nullptr, 0, lane, 32)
+  if (STATS) XENT_WITH_FLAGS(p, XENT_WARPROW_PASS);
+  else XENT_WARPROW_PASS(false, false);
+#undef XENT_WARPROW_PASS
+  const part r = XENT_DIAG == 3 ? q : warp_reduce(q);
+  finish_row(p, r, xy, row, y, lane == 0);
 }
 
 }  // namespace xent

@@ -35,6 +35,9 @@
  *             Also the forward-without-
  *             gradient kernel on every GPU (pass 1 alone), where one read is
  *             the floor.
+ *   warp      (fwd_warprow): forward without gradient only. A row per warp,
+ *             `threads` / 32 rows a block (at most 256 threads), reduced by
+ *             shuffles with no block barrier. Any GPU, any V, any alignment.
  */
 #ifndef XENT_CUDA_LAUNCH_TABLE_H
 #define XENT_CUDA_LAUNCH_TABLE_H
@@ -44,7 +47,8 @@ enum {
   XENT_PATH_ONEREAD = 2,
   XENT_PATH_RING = 3,
   XENT_PATH_STREAM = 5,
-  XENT_PATH_KEEP = 6
+  XENT_PATH_KEEP = 6,
+  XENT_PATH_WARP = 8
 };
 
 typedef struct xent_launch {
@@ -76,7 +80,8 @@ enum {
   XENT_STREAM_MAX_SLOTS = 16,
   XENT_STREAM_STATIC_SMEM = 1024, /* fwd_stream's reduction scratch, rounded up */
   XENT_TWOREAD_STATIC_SMEM = 1536, /* fwd_tworead's reduction scratch and cluster inbox */
-  XENT_TWOREAD_UNROLL = 4          /* vectors per thread per iteration          */
+  XENT_TWOREAD_UNROLL = 4,         /* vectors per thread per iteration          */
+  XENT_MAX_WARP_THREADS = 256      /* fwd_warprow's launch bounds               */
 };
 
 /* Vectors per thread the keep path holds in shared memory for rows of V
@@ -148,18 +153,30 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
   return 0;
 }
 
-/* The table. sm_major: compute capability major; es: element bytes. */
+/* The table. sm_major: compute capability major; es: element bytes; rows:
+ * the call's rows; sms: the GPU's multiprocessors. */
 static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab,
-                                           int write_grad) {
+                                           int write_grad, long long rows, int sms) {
   xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0, 0, 0, 0};
   long long row_bytes = vocab * es;
 
   if (!write_grad) {
-    /* Forward only: pass 1 of the two-read kernel reads the row once. 256
-     * threads measured best or even at every V of the tuning set on an H200
-     * (bench/NOTES.md v5: 1.03 to 1.29x over 512 threads, even at fp32
-     * 262144): smaller blocks keep more rows in flight per SM. */
+    /* Forward only, one read of each row. A row per warp (128 threads, 4
+     * rows a block) where rows are under 512 KB and there are at least 12
+     * of them per SM: no block barrier, so no SM waits with its loads
+     * drained. On an H200 at BT = 8192 (bench/NOTES.md v10): bf16 V = 32000
+     * 1.30x, 50304 1.19x, 128256 1.05x, 152064 1.03x, fp32 32000 1.10x,
+     * 50304 1.08x, 128256 1.01x; bf16 262144 (512 KB rows) 2 % slower, fp32
+     * 152064 even. At V = 128256 bf16: BT = 2048 1.04x (15.5 rows per SM),
+     * 4096 and 32768 1.06x, but BT = 1024 (7.8 rows per SM) 0.71x.
+     * Otherwise pass 1 of the two-read kernel, 256 threads: best or even
+     * at every V of the tuning set (bench/NOTES.md v5: 1.03 to 1.29x over
+     * 512 threads, even at fp32 262144). Both measured on an H200 only. */
     l.threads = 256;
+    if (row_bytes < 512 * 1024 && rows >= 12LL * (sms > 0 ? sms : 1)) {
+      l.path = XENT_PATH_WARP;
+      l.threads = 128;
+    }
     return l;
   }
 

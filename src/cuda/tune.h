@@ -33,7 +33,9 @@ extern "C" {
  *         read again. A persistent grid.
  * path 7: path 6 with a row per block (cluster) instead of a persistent
  *         grid: the hardware's block scheduler hands out the rows.
- * Paths 1, 2, 5, 6 and 7 also apply to forward calls without a gradient.
+ * path 8: a row per warp, threads / 32 rows a block (at most 256 threads):
+ *         forward without gradient only (a call with one fails).
+ * Paths 1, 2, 5, 6, 7 and 8 apply to forward calls without a gradient.
  * path 0: back to the launch table. A configuration that cannot run the
  * call fails it with XENT_ERROR_UNSUPPORTED. */
 XENT_API void xent_tune_override(int path, int cluster, int threads, int size);

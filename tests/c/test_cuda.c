@@ -216,7 +216,8 @@ enum {
   RUN_ONE_READ = 64,
   RUN_KEEP = 128,
   RUN_TWO_READ_CLUSTER = 256,
-  RUN_KEEP_PER_ROW = 512
+  RUN_KEEP_PER_ROW = 512,
+  RUN_WARP = 1024
 };
 
 /* The launch RUN_STREAM, RUN_KEEP(_PER_ROW) and RUN_TWO_READ_CLUSTER force: blocks
@@ -235,6 +236,7 @@ static void force_path(int flags) {
     xent_tune_override(6, g_launch.cluster, g_launch.threads, g_launch.size);
   else if (flags & RUN_KEEP_PER_ROW)
     xent_tune_override(7, g_launch.cluster, g_launch.threads, g_launch.size);
+  else if (flags & RUN_WARP) xent_tune_override(8, 1, g_launch.threads, 0);
   else if (flags & RUN_TWO_READ_CLUSTER)
     xent_tune_override(1, g_launch.cluster, g_launch.threads, 0);
   else if (flags & RUN_ONE_READ) xent_tune_override(2, 1, 256, 16);
@@ -482,7 +484,8 @@ typedef struct forced_shape {
   int offset;
 } forced_shape;
 
-/* Each shape with and without a gradient (half of them in the quick set),
+/* Each shape with and without a gradient (half of them in the quick set;
+ * RUN_WARP: without, all of them),
  * rows(V) rows of which a tenth are ignored, on the launch `flags` forces,
  * which must have run `kernel`; the first three shapes are also compared
  * with the CPU backend. Shapes over a cluster skip below sm_90. */
@@ -491,7 +494,8 @@ static long run_forced_shapes(const forced_shape *shapes, int n, int64_t (*rows)
   long errors = 0;
   for (int i = 0; i < n; i++) {
     for (int grad = 0; grad < 2; grad++) {
-      if (g_quick && (i + grad) % 2) continue;
+      if (grad && (flags & RUN_WARP)) continue; /* forward without gradient only */
+      if (g_quick && (i + grad) % 2 && !(flags & RUN_WARP)) continue;
       const forced_shape *sh = &shapes[i];
       if (sh->cluster > 1 && !has_sm(9)) continue; /* clusters need sm_90 */
       xt_case c = xt_case_default(DTYPES[sh->d], rows(sh->V), sh->V);
@@ -564,6 +568,9 @@ static void test_cuda_keep(void **state) {
  * below. */
 static int64_t cluster_rows(int64_t V) { return V >= 100000 ? 96 : 400; }
 
+/* Rows for the row-per-warp path: not a multiple of any block's 2 to 8. */
+static int64_t warp_rows(int64_t V) { return V >= 1000000 ? 37 : V >= 100000 ? 203 : 1001; }
+
 /* The keep path with a row per block or cluster (the launch table's choice
  * on sm_90): each block initialises its cluster inbox and exchanges one
  * row. Rows held whole, partly and not at all, over one block or clusters of
@@ -582,6 +589,26 @@ static void test_cuda_keep_per_row(void **state) {
   long errors = run_forced_shapes(shapes, (int)(sizeof shapes / sizeof shapes[0]),
                                   cluster_rows, RUN_KEEP_PER_ROW, "cuda keep per row",
                                   "keep per-row", &rng);
+  assert_int_equal(errors, 0);
+}
+
+/* A row per warp (the forward without gradient): tiny rows to 1 M elements,
+ * every dtype, packed, padded and unaligned, rows not filling the last
+ * block, ignored rows among them; 2, 4 and 8 warps a block. */
+static void test_cuda_warp(void **state) {
+  (void)state;
+  require_gpu();
+  xt_rng rng = xt_rng_for("test_cuda_warp");
+  /* V, dtype, -, threads, -, stride, offset. */
+  const forced_shape shapes[] = {
+      {1, 0, 1, 256, 0, 0, 0},           {8, 1, 1, 64, 0, 0, 1},
+      {7, 2, 1, 128, 0, 9, 0},           {4095, 1, 1, 256, 0, 0, 1},
+      {32000, 1, 1, 256, 0, 0, 0},       {32000, 0, 1, 128, 0, 32000 + 5, 0},
+      {50257, 2, 1, 256, 0, 50264, 1},   {50304, 0, 1, 64, 0, 0, 0},
+      {128256, 1, 1, 256, 0, 0, 0},      {262144, 0, 1, 128, 0, 0, 1},
+      {1048576, 1, 1, 256, 0, 0, 0}};
+  long errors = run_forced_shapes(shapes, (int)(sizeof shapes / sizeof shapes[0]), warp_rows,
+                                  RUN_WARP, "cuda warp", "warp", &rng);
   assert_int_equal(errors, 0);
 }
 
@@ -1665,6 +1692,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_stream),
       cmocka_unit_test(test_cuda_keep),
       cmocka_unit_test(test_cuda_keep_per_row),
+      cmocka_unit_test(test_cuda_warp),
       cmocka_unit_test(test_cuda_tworead_cluster),
       cmocka_unit_test(test_cuda_layouts),
       cmocka_unit_test(test_cuda_ignored_rows),

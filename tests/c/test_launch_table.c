@@ -27,18 +27,25 @@ typedef struct want {
   int path, cluster, threads, keep, hint;
 } want;
 
-static void expect_pick(int sm, int write_grad, const want *w) {
-  xent_launch l = xent_launch_pick(sm, w->es, w->V, write_grad);
+/* An H200's multiprocessors; forward calls of BT = 8192 rows unless said. */
+enum { H200_SMS = 132, BT = 8192 };
+
+static void expect_pick_rows(int sm, int write_grad, long long rows, const want *w) {
+  xent_launch l = xent_launch_pick(sm, w->es, w->V, write_grad, rows, H200_SMS);
   char got[160], exp[160];
   snprintf(got, sizeof got, "path %d cluster %d threads %d keep %d hint %d", l.path, l.cluster,
            l.threads, l.keep, l.hint);
   snprintf(exp, sizeof exp, "path %d cluster %d threads %d keep %d hint %d", w->path, w->cluster,
            w->threads, w->keep, w->hint);
   if (strcmp(got, exp) != 0) {
-    print_message("sm_%d0 es=%d V=%lld grad=%d: got %s, want %s\n", sm, w->es, w->V, write_grad,
-                  got, exp);
+    print_message("sm_%d0 es=%d V=%lld grad=%d rows=%lld: got %s, want %s\n", sm, w->es, w->V,
+                  write_grad, rows, got, exp);
     fail();
   }
+}
+
+static void expect_pick(int sm, int write_grad, const want *w) {
+  expect_pick_rows(sm, write_grad, BT, w);
 }
 
 /* Forward with gradient on sm_90: the shapes xent-bench --tune measures,
@@ -66,11 +73,12 @@ static void test_sm90_measured_choices(void **state) {
 }
 
 /* Other GPUs: no keep path and no clusters (unmeasured there); L2 policies
- * from sm_80 for rows over 256 KB. Forward without gradient: pass 1 alone,
- * 256 threads, everywhere. */
+ * from sm_80 for rows over 256 KB. Forward without gradient, everywhere: a
+ * row per warp for rows under 512 KB with at least 12 rows per SM, else
+ * pass 1 of the two-read kernel with 256 threads. */
 static void test_other_gpus_and_no_grad(void **state) {
   (void)state;
-  const int T = XENT_PATH_TWOREAD;
+  const int T = XENT_PATH_TWOREAD, W = XENT_PATH_WARP;
   const want sm80[] = {{2, 50304, T, 1, 256, 0, 0},
                        {2, 128256, T, 1, 512, 0, 0},
                        {2, 262144, T, 1, 1024, 0, 1},
@@ -82,8 +90,15 @@ static void test_other_gpus_and_no_grad(void **state) {
   const want sm70 = {4, 262144, T, 1, 1024, 0, 0};
   expect_pick(7, 1, &sm70);
   for (int sm = 7; sm <= 10; sm++) {
-    const want nograd[] = {{2, 262144, T, 1, 256, 0, 0}, {4, 32000, T, 1, 256, 0, 0}};
-    for (size_t i = 0; i < 2; i++) expect_pick(sm, 0, &nograd[i]);
+    const want nograd[] = {{2, 262144, T, 1, 256, 0, 0},  /* 512 KB rows   */
+                           {4, 32000, W, 1, 128, 0, 0},   /* 125 KB        */
+                           {2, 128256, W, 1, 128, 0, 0},  /* 251 KB        */
+                           {4, 128256, W, 1, 128, 0, 0}}; /* 501 KB        */
+    for (size_t i = 0; i < sizeof nograd / sizeof nograd[0]; i++) expect_pick(sm, 0, &nograd[i]);
+    const want few = {2, 128256, T, 1, 256, 0, 0}, enough = {2, 128256, W, 1, 128, 0, 0};
+    expect_pick_rows(sm, 0, 1024, &few);      /* 7.8 rows per SM  */
+    expect_pick_rows(sm, 0, 12 * 132 - 1, &few);
+    expect_pick_rows(sm, 0, 12 * 132, &enough);
   }
 }
 
@@ -92,42 +107,55 @@ static void test_other_gpus_and_no_grad(void **state) {
 static void test_invariants(void **state) {
   (void)state;
   long bad = 0, picks = 0;
+  const long long rows_set[] = {1, 1024, 8192, 65536};
   for (int sm = 7; sm <= 10; sm++)
     for (int es = 2; es <= 4; es += 2)
       for (int grad = 0; grad < 2; grad++)
-        for (long long V = 1; V <= (1LL << 22); V = V * 9 / 8 + 1, picks++) {
-          const xent_launch l = xent_launch_pick(sm, es, V, grad);
-          const long long row = V * es;
-          const char *why = NULL;
-          if (l.path != XENT_PATH_TWOREAD && l.path != XENT_PATH_KEEP)
-            why = "a path the table never picks";
-          else if (l.threads != 256 && l.threads != 512 && l.threads != 1024)
-            why = "threads";
-          else if (l.cluster != 1 && l.cluster != 2 && l.cluster != 4 && l.cluster != 8)
-            why = "cluster not a power of 2 up to 8";
-          else if (l.cluster > 1 && sm != 9)
-            why = "clusters off sm_90";
-          else if (l.path == XENT_PATH_KEEP && (sm != 9 || !grad))
-            why = "keep path off sm_90 or without a gradient";
-          else if (l.per_row != (l.path == XENT_PATH_KEEP))
-            why = "keep launches not a row per block (or per_row set off the keep path)";
-          else if (l.hint && (l.path != XENT_PATH_TWOREAD || sm < 8 || !grad || row <= 256 * 1024))
-            why = "L2 policies where they were not measured";
-          else if (l.cluster > 1 && (row > (long long)l.cluster * 320 * 1024 ||
-                                     row <= (long long)l.cluster / 2 * 320 * 1024))
-            why = "not the fewest blocks leaving each slice at most 320 KB";
-          else if (l.path == XENT_PATH_KEEP &&
-                   (!xent_keep_fits(&l, es, V, H200_SMEM_OPTIN) ||
-                    (1024 / l.threads) * ((long long)xent_keep_vecs(&l, es, V) * l.threads * 16 +
-                                          XENT_TWOREAD_STATIC_SMEM + SMEM_RESERVED) >
-                        H200_SMEM_PER_SM))
-            why = "keep blocks do not fit an SM as the table assumes (1024 / threads of them)";
-          if (why) {
-            print_message("sm_%d0 es=%d V=%lld grad=%d: %s (path %d cluster %d threads %d)\n", sm,
-                          es, V, grad, why, l.path, l.cluster, l.threads);
-            bad++;
+        for (int ri = 0; ri < 4; ri++)
+          for (long long V = 1; V <= (1LL << 22); V = V * 9 / 8 + 1, picks++) {
+            const long long rows = rows_set[ri];
+            const xent_launch l = xent_launch_pick(sm, es, V, grad, rows, H200_SMS);
+            const long long row = V * es;
+            const char *why = NULL;
+            if (l.path != XENT_PATH_TWOREAD && l.path != XENT_PATH_KEEP &&
+                l.path != XENT_PATH_WARP)
+              why = "a path the table never picks";
+            else if (l.path == XENT_PATH_WARP &&
+                     (grad || l.threads > XENT_MAX_WARP_THREADS || rows < 12 * H200_SMS ||
+                      row >= 512 * 1024))
+              why = "a row per warp with a gradient, past its launch bounds, with few rows "
+                    "or with rows of 512 KB and more";
+            else if (l.path == XENT_PATH_WARP ? l.threads % 32 != 0
+                                              : l.threads != 256 && l.threads != 512 &&
+                                                    l.threads != 1024)
+              why = "threads";
+            else if (l.cluster != 1 && l.cluster != 2 && l.cluster != 4 && l.cluster != 8)
+              why = "cluster not a power of 2 up to 8";
+            else if (l.cluster > 1 && sm != 9)
+              why = "clusters off sm_90";
+            else if (l.path == XENT_PATH_KEEP && (sm != 9 || !grad))
+              why = "keep path off sm_90 or without a gradient";
+            else if (l.per_row != (l.path == XENT_PATH_KEEP))
+              why = "keep launches not a row per block (or per_row set off the keep path)";
+            else if (l.hint &&
+                     (l.path != XENT_PATH_TWOREAD || sm < 8 || !grad || row <= 256 * 1024))
+              why = "L2 policies where they were not measured";
+            else if (l.cluster > 1 && (row > (long long)l.cluster * 320 * 1024 ||
+                                       row <= (long long)l.cluster / 2 * 320 * 1024))
+              why = "not the fewest blocks leaving each slice at most 320 KB";
+            else if (l.path == XENT_PATH_KEEP &&
+                     (!xent_keep_fits(&l, es, V, H200_SMEM_OPTIN) ||
+                      (1024 / l.threads) * ((long long)xent_keep_vecs(&l, es, V) * l.threads * 16 +
+                                            XENT_TWOREAD_STATIC_SMEM + SMEM_RESERVED) >
+                          H200_SMEM_PER_SM))
+              why = "keep blocks do not fit an SM as the table assumes (1024 / threads of them)";
+            if (why) {
+              print_message("sm_%d0 es=%d V=%lld grad=%d rows=%lld: %s (path %d cluster %d "
+                            "threads %d)\n",
+                            sm, es, V, grad, rows, why, l.path, l.cluster, l.threads);
+              bad++;
+            }
           }
-        }
   assert_true(picks > 1000);
   assert_int_equal(bad, 0);
 }
