@@ -705,6 +705,21 @@ const char *xent_tune_last_launch(void) { return g_last_launch; }
 
 void xent_tune_backward(int waves) { g_scale_waves = waves; }
 
+int xent_tune_l2_normal(const void *p, size_t bytes, void *stream) {
+  int dev = 0, major = 0;
+  if (!p || bytes == 0 || cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return p && bytes ? -1 : 0;
+  }
+  if (major < 8) return 0;
+  /* applypriority needs a 128-byte aligned line address */
+  const uintptr_t a = (uintptr_t)p & ~(uintptr_t)127;
+  bytes += (uintptr_t)p - a;
+  l2_normal_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>((const char *)a, bytes);
+  return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}
+
 const char *xent_tune_last_backward(void) { return g_last_scale; }
 
 }  /* extern "C" */

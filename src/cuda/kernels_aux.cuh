@@ -14,6 +14,7 @@
  * scale_kernel:    the backward: gradient *= grad_output in place, read on the
  *                  device; rows whose factor is exactly 1 are skipped.
  * fill_kernel:     writes the reduced outputs of a call with no rows.
+ * l2_normal_kernel: the benchmark's L2 flush helper (tune.h), not the loss.
  */
 #ifndef XENT_CUDA_KERNELS_AUX_CUH
 #define XENT_CUDA_KERNELS_AUX_CUH
@@ -185,6 +186,20 @@ __global__ void __launch_bounds__(kScaleMaxThreads) scale_kernel(const scale_par
       }
     }
   }
+}
+
+/* Sets the L2 eviction priority of the lines of [p, p + bytes) back to
+ * normal (xent_tune_l2_normal; the benchmark's flush, not the loss). */
+__global__ void l2_normal_kernel(const char *p, size_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const size_t lines = (bytes + 127) / 128;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < lines;
+       i += (size_t)gridDim.x * blockDim.x)
+    asm volatile("applypriority.global.L2::evict_normal [%0], 128;" ::"l"(p + i * 128)
+                 : "memory");
+#else
+  (void)p, (void)bytes;
+#endif
 }
 
 }  // namespace xent

@@ -43,3 +43,10 @@ const char *xent_tune_last_launch(void) { return "cpu"; }
 void xent_tune_backward(int waves) { (void)waves; }
 
 const char *xent_tune_last_backward(void) { return "cpu"; }
+
+int xent_tune_l2_normal(const void *p, size_t bytes, void *stream) {
+  (void)p;
+  (void)bytes;
+  (void)stream;
+  return 0;
+}

@@ -53,6 +53,14 @@ XENT_API void xent_tune_backward(int waves);
  * this thread, such as "scale threads=512 unroll=16 grid=1056". */
 XENT_API const char *xent_tune_last_backward(void);
 
+/* Enqueue on `stream` (a cudaStream_t) a pass that sets the L2 eviction
+ * priority of every line of [p, p + bytes) that L2 holds back to normal, so
+ * that a flush that follows (xent-bench writes 256 MB) evicts lines an
+ * earlier load marked evict-last as well: without it such lines survive the
+ * flush (bench/NOTES.md v10). sm_80+; elsewhere nothing is enqueued.
+ * Returns 0, or -1 when the launch failed. */
+XENT_API int xent_tune_l2_normal(const void *p, size_t bytes, void *stream);
+
 #ifdef __cplusplus
 }
 #endif
