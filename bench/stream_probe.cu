@@ -161,9 +161,22 @@ static stats summarize(double *t, int n) {
   return s;
 }
 
+/* Waits for the stream, then the median and spread of the timed runs. */
+static int collect_times(probe *p, stats *out) {
+  double t[MAX_ITERS];
+  CK(cudaStreamSynchronize(p->stream));
+  for (int k = 0; k < p->iters; k++) {
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, p->ev0[k], p->ev1[k]));
+    t[k] = ms;
+  }
+  *out = summarize(t, p->iters);
+  return 0;
+}
+
 /* What one timed run launches. */
 typedef struct {
-  int kind; /* 0 memcpy, 1 stream kernel, 2 read after a policy load */
+  int kind; /* 0 memcpy, 1 stream kernel */
   void (*launch)(const uint4 *, uint4 *, int64_t, float, int, int, cudaStream_t);
   const uint4 *src;
   uint4 *dst;
@@ -180,7 +193,6 @@ static void launch_stream(const uint4 *src, uint4 *dst, int64_t nvec, float s, i
 /* Times a job: `warmup` untimed then `iters` timed runs, each after the L2
  * flush; median and spread in ms. */
 static int time_job(probe *p, const job *j, stats *out) {
-  double t[MAX_ITERS];
   for (int it = 0; it < p->warmup + p->iters; it++) {
     const int k = it - p->warmup;
     CK(cudaMemsetAsync(p->flush, it & 0xff, FLUSH_BYTES, p->stream));
@@ -193,14 +205,7 @@ static int time_job(probe *p, const job *j, stats *out) {
     CK(cudaGetLastError());
     if (k >= 0) CK(cudaEventRecord(p->ev1[k], p->stream));
   }
-  CK(cudaStreamSynchronize(p->stream));
-  for (int k = 0; k < p->iters; k++) {
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, p->ev0[k], p->ev1[k]));
-    t[k] = ms;
-  }
-  *out = summarize(t, p->iters);
-  return 0;
+  return collect_times(p, out);
 }
 
 static void print_row(const char *name, const stats *s, double bytes, double ref_tbs) {
@@ -238,7 +243,6 @@ static const variant kVariants[] = {
  * priority, flush (or not), and time a plain read of them. */
 static int flush_check(probe *p, uint4 *buf, int64_t n, unsigned *sink, int pol, int reset,
                        int do_flush, stats *out) {
-  double t[MAX_ITERS];
   const int grid = p->sms * 4, threads = 512;
   for (int it = 0; it < p->warmup + p->iters; it++) {
     const int k = it - p->warmup;
@@ -252,14 +256,7 @@ static int flush_check(probe *p, uint4 *buf, int64_t n, unsigned *sink, int pol,
     CK(cudaGetLastError());
     if (k >= 0) CK(cudaEventRecord(p->ev1[k], p->stream));
   }
-  CK(cudaStreamSynchronize(p->stream));
-  for (int k = 0; k < p->iters; k++) {
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, p->ev0[k], p->ev1[k]));
-    t[k] = ms;
-  }
-  *out = summarize(t, p->iters);
-  return 0;
+  return collect_times(p, out);
 }
 
 static int parse_long(const char *s, long long *v) {
