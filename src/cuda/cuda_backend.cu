@@ -332,12 +332,9 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     const int64_t per_block = l.threads / 32;
     blocks = (p.rows + per_block - 1) / per_block;
   }
-  if ((l.path == XENT_PATH_TWOREAD || l.path == XENT_PATH_ONEREAD ||
-       (l.path == XENT_PATH_KEEP && l.per_row)) &&
-      p.rows > 0x7fffffffLL / l.cluster) {
+  if (blocks > 0x7fffffffLL) /* a row (or a group of rows) per block or cluster */
     return xent_fail(XENT_ERROR_UNSUPPORTED, "rows = %lld is more than one launch can hold",
                      (long long)p.rows);
-  }
   p.l2_hint = l.hint;
   cfg.gridDim = dim3((unsigned)blocks, 1, 1);
   cfg.blockDim = dim3((unsigned)l.threads, 1, 1);
@@ -574,9 +571,22 @@ xent_status launch_scale(const scale_params &s, int sms, cudaStream_t stream) {
   const int64_t per_chunk = threads * kScaleUnroll;
   int64_t chunks = (nvec + per_chunk - 1) / per_chunk;
   if (chunks < 1) chunks = 1;
-  int per_sm = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, scale_kernel<T>, (int)threads, 0));
-  if (per_sm < 1) per_sm = 1;
+  /* Resident blocks per SM of this kernel, by block size (a multiple of 32
+   * up to 512), asked of the runtime once per thread and device. */
+  thread_local int resident[kScaleMaxThreads / 32], resident_dev = -1;
+  const int slot = (int)threads / 32 - 1;
+  int dev = 0;
+  CK(cudaGetDevice(&dev));
+  if (resident_dev != dev) {
+    memset(resident, 0, sizeof resident);
+    resident_dev = dev;
+  }
+  if (resident[slot] < 1) {
+    int n = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, scale_kernel<T>, (int)threads, 0));
+    resident[slot] = n < 1 ? 1 : n;
+  }
+  const int per_sm = resident[slot];
   const int waves = g_scale_waves > 0 ? g_scale_waves : kScaleWaves;
   int64_t items = s.rows * chunks, grid = (int64_t)(sms > 0 ? sms : 132) * per_sm * waves;
   if (g_scale_waves < 0 || grid > items) grid = items;
