@@ -259,10 +259,10 @@ static int flush_check(probe *p, uint4 *buf, int64_t n, unsigned *sink, int pol,
   return collect_times(p, out);
 }
 
-static int parse_long(const char *s, long long *v) {
+static int parse_long(const char *s, long long lo, long long *v) {
   char *end = NULL;
   long long x = strtoll(s, &end, 10);
-  if (!s[0] || *end || x <= 0) return -1;
+  if (!s[0] || *end || x < lo) return -1;
   *v = x;
   return 0;
 }
@@ -360,11 +360,18 @@ static int run(long long bytes, int iters, int warmup) {
 int main(int argc, char **argv) {
   long long bytes = 8192LL * 128256 * 2, iters = 20, warmup = 5;
   for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help")) {
+      printf("usage: xent-stream-probe [--bytes N] [--iters N] [--warmup N]\n"
+             "Times in-place and copy kernels against cudaMemcpy over N bytes (default: bf16\n"
+             "8192 x 128256), median of --iters after --warmup, and checks the L2 flush.\n");
+      return 0;
+    }
     long long *dst = NULL;
     if (!strcmp(argv[i], "--bytes")) dst = &bytes;
     else if (!strcmp(argv[i], "--iters")) dst = &iters;
     else if (!strcmp(argv[i], "--warmup")) dst = &warmup;
-    if (!dst || i + 1 >= argc || parse_long(argv[i + 1], dst)) {
+    const long long lo = dst == &bytes ? 16 : dst == &iters ? 1 : 0; /* the least each takes */
+    if (!dst || i + 1 >= argc || parse_long(argv[i + 1], lo, dst)) {
       fprintf(stderr, "usage: xent-stream-probe [--bytes N] [--iters N] [--warmup N]\n");
       return 2;
     }
