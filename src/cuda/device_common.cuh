@@ -538,6 +538,16 @@ __device__ __forceinline__ bool target_bad(const fwd_params &p, int64_t y) {
   return y != p.ignore_index && (y < 0 || y >= p.vocab);
 }
 
+/* x'_y: the target's logit of a row, soft-capped when the call asks for it
+ * (GENERAL kernels only). Read by the one thread that writes the row's
+ * outputs. */
+template <typename T, bool GENERAL>
+__device__ __forceinline__ float load_xy(const fwd_params &p, const char *rowp, int y) {
+  float d, xy = elem<T>::load(rowp + (int64_t)y * sizeof(T));
+  if (GENERAL && p.use_softcap) xy = cap(p, xy, &d);
+  return xy;
+}
+
 /* Outputs of an ignored row (bad = 0) or of a row with a bad target (bad = 1,
  * unchecked mode only). */
 __device__ __forceinline__ void skipped_row_outputs(const fwd_params &p, int64_t row, bool bad) {

@@ -111,11 +111,7 @@ __global__ void __launch_bounds__(512, 1) fwd_oneread(const fwd_params p) {
   const bool has_extra = gt < g.extras;
   const int ej = has_extra ? extra_index(g, gt) : 0;
   const float xe = has_extra ? elem<T>::load(rowp + (int64_t)ej * ES) : 0.0f;
-  if (rank == 0 && tid == 0) {
-    float xy = elem<T>::load(rowp + (int64_t)y * ES);
-    float d;
-    xy_shared = (GENERAL && p.use_softcap) ? cap(p, xy, &d) : xy;
-  }
+  if (rank == 0 && tid == 0) xy_shared = load_xy<T, GENERAL>(p, rowp, y);
   float xec = xe;
   if (GENERAL && p.use_softcap && has_extra) {
     float d;
@@ -349,12 +345,7 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
      * stays in that thread's registers: in shared memory, the next row's
      * write could race with a late reader of this one (persistent grid). */
     const bool writer = lead && tid == 0;
-    float xy = 0.0f;
-    if (writer) {
-      float d;
-      xy = elem<T>::load(rowp + (int64_t)y * ES);
-      if (GENERAL && p.use_softcap) xy = cap(p, xy, &d);
-    }
+    const float xy = writer ? load_xy<T, GENERAL>(p, rowp, y) : 0.0f;
 
     part q = part_empty();
 #define XENT_TWOREAD_PASS1(A, S) \
@@ -443,7 +434,6 @@ constexpr int kWarpRowUnroll = 8;
  * a row per SM in flight, from HBM. */
 template <typename T, bool GENERAL, bool STATS>
 __global__ void __launch_bounds__(256) fwd_warprow(const fwd_params p) {
-  constexpr int ES = (int)sizeof(T);
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (row >= p.rows) return; /* uniform over the warp */
@@ -456,12 +446,7 @@ __global__ void __launch_bounds__(256) fwd_warprow(const fwd_params p) {
     return;
   }
   const int y = (int)y64;
-  float xy = 0.0f;
-  if (lane == 0) {
-    float d;
-    xy = elem<T>::load(rowp + (int64_t)y * ES);
-    if (GENERAL && p.use_softcap) xy = cap(p, xy, &d);
-  }
+  const float xy = lane == 0 ? load_xy<T, GENERAL>(p, rowp, y) : 0.0f;
   part q = part_empty();
 #define XENT_WARPROW_PASS(A, S)                                                              \
   tworead_pass1<T, GENERAL, A, S, false, kWarpRowUnroll>(p, rowp, g, 0, g.nvec, true, q,     \

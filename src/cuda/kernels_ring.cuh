@@ -157,12 +157,7 @@ __global__ void __launch_bounds__(1024, 1) fwd_ring(const fwd_params p) {
     const bool skip = ignored || bad; /* the same in every block of the cluster */
     const int y = skip ? 0 : (int)y64;
     const bool lead = rank == 0 && tid == 0;
-    float xy = 0.0f;
-    if (lead && !skip) {
-      float d;
-      xy = elem<T>::load(rowp + (int64_t)y * sizeof(T));
-      if (GENERAL && p.use_softcap) xy = cap(p, xy, &d);
-    }
+    const float xy = lead && !skip ? load_xy<T, GENERAL>(p, rowp, y) : 0.0f;
 
     /* A: fold each chunk as it lands. */
     part q = part_empty();

@@ -150,12 +150,7 @@ __global__ void __launch_bounds__(1024, 1) fwd_stream(const fwd_params p) {
       continue;
     }
     const int y = (int)y64;
-    float xy = 0.0f;
-    if (tid == 0) {
-      float d;
-      xy = elem<T>::load(rowp + (int64_t)y * sizeof(T));
-      if (GENERAL && p.use_softcap) xy = cap(p, xy, &d);
-    }
+    const float xy = tid == 0 ? load_xy<T, GENERAL>(p, rowp, y) : 0.0f;
 
     stream_fill(p, r);
     part q = part_empty();
