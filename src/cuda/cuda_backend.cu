@@ -716,11 +716,12 @@ const char *xent_tune_last_launch(void) { return g_last_launch; }
 void xent_tune_backward(int waves) { g_scale_waves = waves; }
 
 int xent_tune_l2_normal(const void *p, size_t bytes, void *stream) {
+  if (!p || bytes == 0) return 0; /* nothing to set */
   int dev = 0, major = 0;
-  if (!p || bytes == 0 || cudaGetDevice(&dev) != cudaSuccess ||
+  if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
     (void)cudaGetLastError();
-    return p && bytes ? -1 : 0;
+    return -1;
   }
   if (major < 8) return 0;
   /* applypriority needs a 128-byte aligned line address */
