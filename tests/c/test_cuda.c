@@ -86,7 +86,6 @@ static xent_exec cpu_exec(void) {
  * path forced. */
 static void force_two_read(int on) { xent_tune_override(on ? 1 : 0, 1, 256, 0); }
 
-
 static void describe(const xt_case *c, const char *tag, char *desc, size_t n) {
   char cd[512];
   xt_case_desc(c, cd, sizeof cd);
@@ -273,6 +272,8 @@ static long cuda_run_problem(xt_problem *pb, const char *tag, int flags) {
            : (flags & (RUN_RING | RUN_RING_LSU))           ? " ring"
            : (flags & RUN_STREAM)                          ? " stream"
            : (flags & RUN_KEEP)                            ? " keep"
+           : (flags & RUN_KEEP_PER_ROW)                    ? " keep per-row"
+           : (flags & RUN_WARP)                            ? " warp"
            : (flags & RUN_ONE_READ)                        ? " one-read"
                                                            : "",
            (flags & RUN_WORKSPACE) ? " workspace" : "", xent_tune_last_launch());
