@@ -25,11 +25,11 @@
  * logits are refreshed from that pristine copy (the forward overwrites them
  * with the gradient) and, on the GPU, a 256 MiB scratch buffer is written so
  * the L2 holds none of the logits (after their lines' L2 priority is set
- * back to normal, so that lines loaded evict-last go too). GPU times come from CUDA events around the
- * call on a private stream, with XENT_TARGETS_UNCHECKED and an explicit
- * workspace (graph-safe mode: no host synchronisation inside the region). CPU
- * times come from CLOCK_MONOTONIC. Percentiles interpolate linearly between
- * the sorted samples.
+ * back to normal, so that lines loaded evict-last go too). GPU times come
+ * from CUDA events around the call on a private stream, with
+ * XENT_TARGETS_UNCHECKED and an explicit workspace (graph-safe mode: no host
+ * synchronisation inside the region). CPU times come from CLOCK_MONOTONIC.
+ * Percentiles interpolate linearly between the sorted samples.
  *
  * Copy bandwidth. GPU: cudaMemcpyAsync device-to-device of a 2 GiB buffer,
  * bytes read + written over the median time. CPU: a memcpy of the point's

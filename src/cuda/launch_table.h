@@ -233,8 +233,9 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
   /* Rows over 256 KB otherwise: pass 1 loads evict-last and pass 2
    * evict-first, so that more of pass 2 finds its row in L2; 1.0 to 1.8 %
    * faster on an H200 (bench/NOTES.md v7), neutral or slightly slower for
-   * shorter rows. v9 there doubts that gain: evict-last lines seem to
-   * survive the benchmark's L2 flush, which would flatter the timing. */
+   * shorter rows. v10 there found that evict-last lines survived the
+   * benchmark's L2 flush (fixed since), so that gain was at least partly
+   * the flush's; it has not been measured again. */
   l.hint = sm_major >= 8 && row_bytes > 256 * 1024;
   return l;
 }
