@@ -72,7 +72,8 @@ if has test; then
   note ctest "$(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1) (all but test_cuda)"
   grep -E "FAILED|Failed" "$OUT/ctest.log" | head -10
   # test_cuda on its own, so that a timeout still leaves each test's result.
-  # XENT_TEST_QUICK=1: the quick subset.
+  # XENT_TEST_QUICK=1: the quick subset; XENT_TEST_FILTER: only the tests whose names match
+  # (a cmocka pattern, '*' and '?'; XENT_SANITIZE_FILTER for the sanitize stage alone).
   stamp "test_cuda"
   timeout ${XENT_TEST_TIMEOUT:-300} build/tests/test_cuda >"$OUT/test_cuda.log" 2>&1
   note test_cuda "rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/test_cuda.log" | tr '\n' ' ')"
@@ -141,7 +142,8 @@ fi
 if has sanitize; then
   for tool in ${XENT_SANITIZE_TOOLS:-memcheck racecheck}; do
     stamp "compute-sanitizer $tool"
-    XENT_TEST_QUICK=1 timeout ${XENT_SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 \
+    XENT_TEST_QUICK=1 XENT_TEST_FILTER=${XENT_SANITIZE_FILTER:-${XENT_TEST_FILTER:-}} \
+      timeout ${XENT_SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 \
       build/tests/test_cuda >"$OUT/sanitize-$tool.log" 2>&1
     rc=$?
     note "$tool" "rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize-$tool.log" | tail -1)"

@@ -24,6 +24,7 @@
 #include "cuda/kernels_aux.cuh"
 #include "cuda/kernels_forward.cuh"
 #include "cuda/kernels_ring.cuh"
+#include "cuda/kernels_staged.cuh"
 #include "cuda/kernels_stream.cuh"
 #include "cuda/launch_table.h"
 #include "cuda/tune.h"
@@ -118,9 +119,9 @@ void leave_device(const device_scope *s) {
 /* Tuning override (xent-bench --tune)                                       */
 /* ------------------------------------------------------------------------ */
 
-xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 int g_override_on = 0;
-thread_local char g_last_launch[96] = "none";
+thread_local char g_last_launch[160] = "none";
 thread_local char g_last_scale[96] = "none";
 
 /* ------------------------------------------------------------------------ */
@@ -160,6 +161,10 @@ fwd_kernel pick_kernel(const xent_launch &l, bool general, bool stats) {
     case XENT_PATH_WARP:
       if (general) return fwd_warprow<T, true, true>;
       return stats ? fwd_warprow<T, false, true> : fwd_warprow<T, false, false>;
+    case XENT_PATH_STAGED:
+      if (general) return fwd_staged<T, 4, true, true>;
+      if (stats) return fwd_staged<T, 4, false, true>;
+      return l.vecs == 8 ? fwd_staged<T, 8, false, false> : fwd_staged<T, 4, false, false>;
   }
   return pick_tworead<T, false>(general, stats);
 }
@@ -200,6 +205,10 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
         ok = ok && xent_keep_fits(&o, es, c->in.vocab, dp->smem_optin);
       if (o.hint) /* L2 policies: sm_80+ (only path 1 sets it) */
         ok = ok && dp->sm_major >= 8;
+      if (o.path == XENT_PATH_STAGED) {
+        if (o.cluster > 1) o.ticket = 0; /* a cluster's blocks must agree on the rows */
+        ok = ok && xent_staged_fits(&o, dp->sm_major, dp->smem_optin);
+      }
       if (o.path == XENT_PATH_WARP) /* no gradient; the kernel's launch bounds */
         ok = ok && !c->write_grad && o.cluster == 1 && o.threads <= XENT_MAX_WARP_THREADS;
       if (o.path == XENT_PATH_ONEREAD)
@@ -248,11 +257,12 @@ int g_resident_n = 0;
 xent_status resident_units(fwd_kernel k, const xent_launch &l, const dev_props *dp, int smem,
                            int smem_max, int *units) {
   const bool clusters = l.path == XENT_PATH_RING || l.cluster > 1;
+  const int threads = l.threads + (l.path == XENT_PATH_STAGED ? 32 : 0); /* the block's */
   int dev = 0;
   CK(cudaGetDevice(&dev));
   for (int i = 0; i < g_resident_n; i++) {
     const resident_entry &e = g_resident[i];
-    if (e.k == k && e.dev == dev && e.cluster == l.cluster && e.threads == l.threads &&
+    if (e.k == k && e.dev == dev && e.cluster == l.cluster && e.threads == threads &&
         e.smem == smem) {
       *units = e.units;
       return XENT_OK;
@@ -264,12 +274,12 @@ xent_status resident_units(fwd_kernel k, const xent_launch &l, const dev_props *
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
     cfg.gridDim = dim3((unsigned)l.cluster, 1, 1);
-    cfg.blockDim = dim3((unsigned)l.threads, 1, 1);
+    cfg.blockDim = dim3((unsigned)threads, 1, 1);
     cfg.dynamicSmemBytes = (size_t)smem;
     set_cluster(&cfg, attr, l.cluster, true);
     CK(cudaOccupancyMaxActiveClusters(&n, k, &cfg));
   } else {
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, l.threads, (size_t)smem));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, threads, (size_t)smem));
     n *= dp->sms;
   }
   if (n < 1 && clusters)
@@ -279,9 +289,9 @@ xent_status resident_units(fwd_kernel k, const xent_launch &l, const dev_props *
   if (n < 1)
     return xent_fail(XENT_ERROR_UNSUPPORTED,
                      "no block of %d threads with %d bytes of shared memory fits this GPU",
-                     l.threads, smem);
+                     threads, smem);
   if (g_resident_n < 32) {
-    resident_entry e = {k, dev, l.cluster, l.threads, smem, n};
+    resident_entry e = {k, dev, l.cluster, threads, smem, n};
     g_resident[g_resident_n++] = e;
   }
   *units = n;
@@ -317,6 +327,16 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     blocks = p.rows < resident ? p.rows : resident;
     cfg.dynamicSmemBytes = (size_t)smem;
     p.ring_slots = l.slots;
+  } else if (l.path == XENT_PATH_STAGED) {
+    p.ring_chunk_vecs = (general || stats ? 4 : l.vecs) * l.threads; /* as pick_kernel */
+    const int smem = l.slots * p.ring_chunk_vecs * 16;
+    int clusters = 0;
+    xent_status st = resident_units(k, l, dp, smem, dp->smem_optin - XENT_STAGED_STATIC_SMEM,
+                                    &clusters);
+    if (st) return st;
+    blocks = (p.rows < clusters ? p.rows : clusters) * (int64_t)l.cluster;
+    cfg.dynamicSmemBytes = (size_t)smem;
+    p.ring_slots = l.slots;
   } else if (l.path == XENT_PATH_KEEP) {
     const int es = (int)xent_dtype_size(dt);
     p.keep_vecs = xent_keep_vecs(&l, es, p.vocab);
@@ -337,7 +357,7 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
                      (long long)p.rows);
   p.l2_hint = l.hint;
   cfg.gridDim = dim3((unsigned)blocks, 1, 1);
-  cfg.blockDim = dim3((unsigned)l.threads, 1, 1);
+  cfg.blockDim = dim3((unsigned)(l.threads + (l.path == XENT_PATH_STAGED ? 32 : 0)), 1, 1);
   cfg.stream = stream;
   set_cluster(&cfg, attr, l.cluster, false);
   CK(cudaLaunchKernelEx(&cfg, k, p));
@@ -346,6 +366,7 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
                      : l.path == XENT_PATH_STREAM  ? "stream"
                      : l.path == XENT_PATH_KEEP    ? "keep"
                      : l.path == XENT_PATH_WARP    ? "warp"
+                     : l.path == XENT_PATH_STAGED  ? "staged"
                                                    : "two-read";
   if (l.path == XENT_PATH_STREAM)
     snprintf(g_last_launch, sizeof g_last_launch, "%s threads=%d slots=%d grid=%lld%s", name,
@@ -353,6 +374,11 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
   else if (l.path == XENT_PATH_RING)
     snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d slots=%d grid=%lld%s",
              name, l.cluster, l.threads, l.slots, (long long)blocks, general ? " general" : "");
+  else if (l.path == XENT_PATH_STAGED)
+    snprintf(g_last_launch, sizeof g_last_launch,
+             "%s cluster=%d threads=%d+32 slots=%d chunk=%dKB grid=%lld%s%s%s", name, l.cluster,
+             l.threads, l.slots, p.ring_chunk_vecs / 64, (long long)blocks,
+             p.row_ticket ? " ticket" : "", l.hint ? " l2-hint" : "", general ? " general" : "");
   else if (l.path == XENT_PATH_KEEP)
     snprintf(g_last_launch, sizeof g_last_launch,
              "%s cluster=%d threads=%d smem_vecs=%d grid=%lld%s%s", name, l.cluster, l.threads,
@@ -431,12 +457,15 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
   const bool per_row = opt->reduction == XENT_REDUCTION_NONE;
   const bool weighted = in->weights != NULL;
   const bool need_count = mean || weighted || checked || (out->token_accuracy && !per_row);
-  const bool need_ws = need_count || !per_row;
   const bool general = weighted || opt->use_softcap;
 
   xent_launch l;
   xent_status st = choose_launch(c, dp, &l);
   if (st) return st;
+  /* The staged path's row counter lives in the workspace header, zeroed
+   * with it. */
+  const bool ticket = l.path == XENT_PATH_STAGED && l.ticket;
+  const bool need_ws = need_count || !per_row || ticket;
 
   char *ws = NULL;
   bool owned = false;
@@ -456,12 +485,15 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
 
   st = XENT_OK;
   do {
-    if (need_count) {
+    if (need_count || ticket) {
       cudaError_t e = cudaMemsetAsync(hdr, 0, XENT_WS_HEADER_BYTES, stream);
       if (e != cudaSuccess) {
         st = cuda_fail(e, "cudaMemsetAsync");
         break;
       }
+    }
+    if (need_count) {
+      cudaError_t e;
       prep_params q;
       q.targets = in->targets;
       q.target64 = in->target_type == XENT_INT64;
@@ -509,6 +541,7 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
     p.need_argmax = out->token_accuracy || out->predicted;
     p.per_row_out = per_row;
     p.hdr = need_count ? hdr : NULL;
+    p.row_ticket = ticket ? &hdr->next_row : NULL;
     p.row_loss = per_row ? out->loss : ws_loss;
     p.row_z = per_row ? out->z_loss : ((opt->lse_square_scale > 0.0f || out->z_loss) ? ws_z : NULL);
     p.row_acc = per_row ? out->token_accuracy : (out->token_accuracy ? ws_acc : NULL);
@@ -689,7 +722,7 @@ xent_status xent_cuda_backward(const xent_scale_call *c) {
 }
 
 void xent_tune_override(int path, int cluster, int threads, int size) {
-  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0, 0, 0, 0};
+  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   if (path == XENT_PATH_TWOREAD) {
     o.hint = size & 1;
     o.stats = (size >> 1) & 1;
@@ -701,6 +734,14 @@ void xent_tune_override(int path, int cluster, int threads, int size) {
     o.per_row = 1;
   }
   /* 8: XENT_PATH_WARP, as it is */
+  if (path == XENT_PATH_STAGED || path == XENT_PATH_STAGED + 1) {
+    /* size = hint * 10000 + vecs * 100 + slots; 10: no row counter */
+    o.path = XENT_PATH_STAGED;
+    o.slots = size % 100;
+    o.vecs = size / 100 % 100;
+    o.hint = size / 10000 % 2;
+    o.ticket = path == XENT_PATH_STAGED;
+  }
   if (path == XENT_PATH_RING || path == XENT_PATH_RING + 1 || path == XENT_PATH_STREAM)
     o.slots = size;
   if (path == XENT_PATH_RING + 1) { /* 4: the ring with per-thread copies */
@@ -708,7 +749,7 @@ void xent_tune_override(int path, int cluster, int threads, int size) {
     o.lsu = 1;
   }
   g_override = o;
-  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_WARP;
+  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_STAGED + 1;
 }
 
 const char *xent_tune_last_launch(void) { return g_last_launch; }

@@ -53,6 +53,7 @@ struct ws_header {
   float sum_w;                    /* sum of all class weights                       */
   float scale_loss;               /* 1/N, 1/W or 1                                  */
   float scale_z;                  /* 1/N or 1                                       */
+  unsigned long long next_row;    /* fwd_staged: rows handed out so far             */
 };
 
 struct fwd_params {
@@ -61,14 +62,17 @@ struct fwd_params {
   int64_t stride_bytes;    /* between row starts                                */
   int vocab;
   int cluster;             /* blocks per row (1: no cluster)                    */
-  int ring_slots;          /* fwd_ring: shared-memory slots of ring_chunk_vecs;
+  int ring_slots;          /* fwd_ring, fwd_staged: shared-memory slots of ring_chunk_vecs;
                               fwd_stream: 16-byte slots per thread             */
-  int ring_chunk_vecs;     /* fwd_ring: 16-byte vectors per bulk copy           */
+  int ring_chunk_vecs;     /* fwd_ring, fwd_staged: 16-byte vectors per bulk copy */
   int ring_lsu;            /* fwd_ring: per-thread copies instead of bulk ones  */
   int keep_vecs;           /* fwd_tworead<KEEP>: 16-byte vectors per thread held
                               in shared memory between the passes             */
   int l2_hint;             /* fwd_tworead with a gradient: pass 1 loads evict-last,
-                              pass 2 evict-first (L2 policies, sm_80+)        */
+                              pass 2 evict-first (L2 policies, sm_80+);
+                              fwd_staged: pass 1 evict-last, not normal      */
+  unsigned long long *row_ticket; /* fwd_staged: the workspace's row counter (zero
+                              before the launch); NULL: every grid-th row     */
   const void *targets;
   int target64;
   int64_t ignore_index;

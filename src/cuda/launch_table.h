@@ -35,6 +35,14 @@
  *             Also the forward-without-
  *             gradient kernel on every GPU (pass 1 alone), where one read is
  *             the floor.
+ *   staged    (fwd_staged, sm_90+): a persistent grid (one block per SM, or
+ *             clusters of `cluster` blocks splitting each row). A producer
+ *             warp streams the rows through a ring of `slots` shared-memory
+ *             chunks, `vecs` 16-byte vectors per consumer thread each, with
+ *             bulk copies: pass 1, and with a gradient pass 2 from L2, never
+ *             waiting for the arithmetic. `threads` consumer threads fold,
+ *             reduce and write the gradient. With `ticket` (cluster 1) the
+ *             rows come from a counter in the workspace. Any alignment.
  *   warp      (fwd_warprow): forward without gradient only. A row per warp,
  *             `threads` / 32 rows a block (at most 256 threads), reduced by
  *             shuffles with no block barrier. Any GPU, any V, any alignment.
@@ -48,28 +56,35 @@ enum {
   XENT_PATH_RING = 3,
   XENT_PATH_STREAM = 5,
   XENT_PATH_KEEP = 6,
-  XENT_PATH_WARP = 8
+  XENT_PATH_WARP = 8,
+  XENT_PATH_STAGED = 9
 };
 
 typedef struct xent_launch {
   int path;        /* XENT_PATH_*                                         */
   int cluster;     /* blocks per row                                      */
-  int threads;     /* threads per block                                   */
-  int vecs;        /* one-read: 16-byte vectors per thread                */
-  int slots;       /* ring: shared-memory chunks per block; stream: 16-byte
-                      slots per thread                                    */
+  int threads;     /* threads per block (staged: consumer threads, the
+                      block has a producer warp more)                     */
+  int vecs;        /* one-read: 16-byte vectors per thread; staged: per
+                      consumer thread and chunk (4 or 8; the general and
+                      statistics kernels always take 4)                   */
+  int slots;       /* ring, staged: shared-memory chunks per block; stream:
+                      16-byte slots per thread                            */
   int chunk_vecs;  /* ring: 16-byte vectors per chunk                     */
   int lsu;         /* ring: per-thread 16-byte copies, not bulk copies    */
   int keep;        /* keep: at most this many 16-byte vectors per thread
                       held in shared memory between the passes            */
   int hint;        /* two-read with a gradient: L2 eviction policies, pass 1
-                      evict-last and pass 2 evict-first (sm_80+)          */
+                      evict-last and pass 2 evict-first (sm_80+); staged:
+                      pass 1 evict-last instead of normal                 */
   int stats;       /* two-read and keep: the kernel that reads the statistics
                       flags (accuracy, smoothing) at run time even when the
                       call needs none; only xent_tune_override sets it, to
                       measure what the plain kernel saves               */
   int per_row;     /* keep: a row per block (cluster), the rows left to the
                       hardware's block scheduler; 0: a persistent grid   */
+  int ticket;      /* staged, cluster 1: rows handed out by a counter in the
+                      workspace; 0: each block takes every grid-th row   */
 } xent_launch;
 
 enum {
@@ -81,8 +96,23 @@ enum {
   XENT_STREAM_STATIC_SMEM = 1024, /* fwd_stream's reduction scratch, rounded up */
   XENT_TWOREAD_STATIC_SMEM = 1536, /* fwd_tworead's reduction scratch and cluster inbox */
   XENT_TWOREAD_UNROLL = 4,         /* vectors per thread per iteration          */
-  XENT_MAX_WARP_THREADS = 256      /* fwd_warprow's launch bounds               */
+  XENT_MAX_WARP_THREADS = 256,     /* fwd_warprow's launch bounds               */
+  XENT_STAGED_MAX_SLOTS = 16,
+  XENT_STAGED_MAX_THREADS = 512,   /* fwd_staged's block, producer warp included:
+                                      up to 128 registers a thread             */
+  XENT_STAGED_STATIC_SMEM = 2560   /* fwd_staged's barriers, queue, inbox        */
 };
+
+/* Can the staged path run with this configuration? `threads` counts the
+ * consumer threads (the block has one more warp, the producer); a chunk is
+ * `vecs` (4 or 8) vectors per consumer thread. */
+static inline int xent_staged_fits(const xent_launch *l, int sm_major, int smem_optin) {
+  return sm_major >= 9 && l->threads >= 32 && l->threads % 32 == 0 &&
+         l->threads + 32 <= XENT_STAGED_MAX_THREADS &&
+         l->cluster >= 1 && l->cluster <= XENT_MAX_CLUSTER && (l->vecs == 4 || l->vecs == 8) &&
+         l->slots >= 2 && l->slots <= XENT_STAGED_MAX_SLOTS &&
+         (long long)l->slots * l->vecs * l->threads * 16 + XENT_STAGED_STATIC_SMEM <= smem_optin;
+}
 
 /* Vectors per thread the keep path holds in shared memory for rows of V
  * elements of `es` bytes: the thread's share of its block's slice, at most
@@ -144,7 +174,7 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
                                     int aligned) {
   for (int pass = 0; pass < 2; pass++) {
     for (int K = 1; K <= XENT_MAX_CLUSTER; K++) {
-      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0, 0, 0, 0, 0};
+      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0, 0, 0, 0, 0, 0};
       long long chunks = xent_ring_chunks(vocab, es, K, XENT_RING_CHUNK_VECS);
       if (pass == 0 && chunks * 8 > (long long)slots * 5) continue;
       if (xent_ring_fits(&r, sm_major, es, vocab, aligned)) return K;
@@ -157,7 +187,7 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
  * the call's rows; sms: the GPU's multiprocessors. */
 static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab,
                                            int write_grad, long long rows, int sms) {
-  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0, 0, 0, 0};
+  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   long long row_bytes = vocab * es;
 
   if (!write_grad) {

@@ -35,7 +35,16 @@ extern "C" {
  *         grid: the hardware's block scheduler hands out the rows.
  * path 8: a row per warp, threads / 32 rows a block (at most 256 threads):
  *         forward without gradient only (a call with one fails).
- * Paths 1, 2, 5, 6, 7 and 8 apply to forward calls without a gradient.
+ * path 9: the staged kernel (sm_90+): a persistent grid, a producer warp
+ *         streaming the rows through a ring of shared-memory chunks with bulk
+ *         copies and `threads` consumer threads (the block has 32 more);
+ *         size = hint * 10000 + vecs * 100 + slots, e.g. 803: 3 chunks of 8
+ *         16-byte vectors per consumer thread (vecs 4 or 8); hint 1: pass 1
+ *         loads evict-last. Clusters of `cluster`
+ *         blocks split each row; with cluster 1 the rows come from a counter
+ *         in the workspace.
+ * path 10: path 9 with every grid-th row per block, no counter.
+ * Paths 1, 2 and 5 to 10 apply to forward calls without a gradient.
  * path 0: back to the launch table. A configuration that cannot run the
  * call fails it with XENT_ERROR_UNSUPPORTED. */
 XENT_API void xent_tune_override(int path, int cluster, int threads, int size);

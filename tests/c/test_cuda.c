@@ -216,7 +216,9 @@ enum {
   RUN_KEEP = 128,
   RUN_TWO_READ_CLUSTER = 256,
   RUN_KEEP_PER_ROW = 512,
-  RUN_WARP = 1024
+  RUN_WARP = 1024,
+  RUN_STAGED = 2048,       /* rows from the workspace's counter (cluster 1) */
+  RUN_STAGED_STATIC = 4096 /* every grid-th row per block                   */
 };
 
 /* The launch RUN_STREAM, RUN_KEEP(_PER_ROW) and RUN_TWO_READ_CLUSTER force: blocks
@@ -236,6 +238,10 @@ static void force_path(int flags) {
   else if (flags & RUN_KEEP_PER_ROW)
     xent_tune_override(7, g_launch.cluster, g_launch.threads, g_launch.size);
   else if (flags & RUN_WARP) xent_tune_override(8, 1, g_launch.threads, 0);
+  else if (flags & RUN_STAGED)
+    xent_tune_override(9, g_launch.cluster, g_launch.threads, g_launch.size);
+  else if (flags & RUN_STAGED_STATIC)
+    xent_tune_override(10, g_launch.cluster, g_launch.threads, g_launch.size);
   else if (flags & RUN_TWO_READ_CLUSTER)
     xent_tune_override(1, g_launch.cluster, g_launch.threads, 0);
   else if (flags & RUN_ONE_READ) xent_tune_override(2, 1, 256, 16);
@@ -274,6 +280,7 @@ static long cuda_run_problem(xt_problem *pb, const char *tag, int flags) {
            : (flags & RUN_KEEP)                            ? " keep"
            : (flags & RUN_KEEP_PER_ROW)                    ? " keep per-row"
            : (flags & RUN_WARP)                            ? " warp"
+           : (flags & (RUN_STAGED | RUN_STAGED_STATIC))    ? " staged"
            : (flags & RUN_ONE_READ)                        ? " one-read"
                                                            : "",
            (flags & RUN_WORKSPACE) ? " workspace" : "", xent_tune_last_launch());
@@ -610,6 +617,45 @@ static void test_cuda_warp(void **state) {
       {1048576, 1, 1, 256, 0, 0, 0}};
   long errors = run_forced_shapes(shapes, (int)(sizeof shapes / sizeof shapes[0]), warp_rows,
                                   RUN_WARP, "cuda warp", "warp", &rng);
+  assert_int_equal(errors, 0);
+}
+
+/* Enough rows that every block of the staged path's persistent grid (one
+ * per SM, or per cluster) takes several: its ring wraps within and across
+ * rows, and the producer announces rows ahead of the consumers. */
+static int64_t staged_rows(int64_t V) { return persistent_rows(V, 1500, 700); }
+
+/* The staged path (sm_90+; a producer warp feeding the consumer warps
+ * through a ring of bulk copies): rows of one chunk or less, of many chunks
+ * and of more chunks than slots; rings of 2 to 16 chunks of 2 to 64 KB;
+ * over one block and clusters of 2 and 4; every dtype, packed, padded and
+ * unaligned (the extra elements outside the copies), ignored rows among
+ * them (announced, never copied); rows from the device counter and every
+ * grid-th row; pass 1 with and without evict-last. */
+static void test_cuda_staged(void **state) {
+  (void)state;
+  require_gpu();
+  require_sm(9, "the staged kernel");
+  xt_rng rng = xt_rng_for("test_cuda_staged");
+  /* V, dtype, cluster, consumer threads, size (hint * 10000 + vectors per thread and
+   * chunk * 100 + slots), stride, offset. */
+  const forced_shape shapes[] = {
+      {1, 0, 1, 64, 404, 0, 0},            {7, 2, 1, 128, 402, 9, 1},
+      {4095, 1, 1, 32, 802, 0, 1},         {32000, 1, 1, 480, 803, 0, 0},
+      {32000, 0, 1, 480, 403, 32000 + 5, 0}, {50257, 2, 1, 256, 10806, 50264, 1},
+      {128256, 1, 1, 448, 804, 0, 0},      {128256, 0, 2, 480, 10406, 0, 1},
+      {131072, 2, 1, 416, 404, 0, 0},      {262144, 1, 2, 256, 806, 262144 + 8, 0},
+      {262144, 0, 4, 384, 408, 0, 0}};
+  const int n = (int)(sizeof shapes / sizeof shapes[0]);
+  long errors = run_forced_shapes(shapes, n, staged_rows, RUN_STAGED, "cuda staged", "staged",
+                                  &rng);
+  /* every grid-th row per block, cluster 1: the shapes above, half of them */
+  forced_shape plain[sizeof shapes / sizeof shapes[0]];
+  int m = 0;
+  for (int i = 0; i < n; i++)
+    if (shapes[i].cluster == 1 && i % 2 == 0) plain[m++] = shapes[i];
+  errors += run_forced_shapes(plain, m, staged_rows, RUN_STAGED_STATIC, "cuda staged static",
+                              "staged", &rng);
   assert_int_equal(errors, 0);
 }
 
@@ -1669,6 +1715,9 @@ int main(void) {
   xt_base_seed();
   const char *quick = getenv("XENT_TEST_QUICK");
   g_quick = quick && *quick && strcmp(quick, "0") != 0;
+  /* XENT_TEST_FILTER: run only the tests whose names match (cmocka's '*' and '?'). */
+  const char *filter = getenv("XENT_TEST_FILTER");
+  if (filter && *filter) cmocka_set_test_filter(filter);
   xent_info info;
   if (xent_get_info(&info) != XENT_OK) {
     fprintf(stderr, "xent_get_info failed: %s\n", xent_last_error());
@@ -1693,6 +1742,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_stream),
       cmocka_unit_test(test_cuda_keep),
       cmocka_unit_test(test_cuda_keep_per_row),
+      cmocka_unit_test(test_cuda_staged),
       cmocka_unit_test(test_cuda_warp),
       cmocka_unit_test(test_cuda_tworead_cluster),
       cmocka_unit_test(test_cuda_layouts),

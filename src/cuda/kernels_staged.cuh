@@ -1,0 +1,445 @@
+/*
+ * kernels_staged.cuh - fwd_staged, the forward fed by a producer warp
+ * (sm_90+).
+ *
+ * The two-read kernel's time is lost where its loads drain: before every
+ * row's block reduction, and between one row and the next (bench/NOTES.md
+ * v8 to v10). Here the loads never wait for the arithmetic. A block is one
+ * producer warp (the last one) and `threads` consumer threads, on a
+ * persistent grid:
+ *
+ *   producer (one lane): takes rows (from a device counter, or every
+ *     grid-th row over a cluster), announces each in a small queue, and
+ *     streams its bytes through a ring of `slots` shared-memory stages of
+ *     U 16-byte vectors per consumer thread (U = 4 or 8, a template
+ *     parameter) with bulk copies: pass 1 the row's chunks in order, pass 2
+ *     (with a gradient) the same chunks again, last first, from L2. A stage
+ *     is refilled as soon as the consumers release it, so the next row's
+ *     bytes are on their way while the current one is reduced and written.
+ *   consumers: load their U vectors of a stage into registers and release
+ *     it at once; fold each pass-1 stage into an online (max, sum); reduce
+ *     over the consumer warps (a named barrier the producer never joins)
+ *     and, over a cluster, exchange the block parts by asynchronous stores
+ *     (cluster_exchange); then write the gradient of each pass-2 stage to
+ *     global memory, in place.
+ *
+ * HBM traffic is one read and one write of each logit when pass 2 finds
+ * its row in L2: the rows in flight are one per SM (a slice of a row over
+ * a cluster), about what L2 holds.
+ *
+ * Rows may have any alignment: the copies take a row's whole 16-byte
+ * vectors, and the elements before and after them (at most 2 * (16 /
+ * sizeof(T) - 1)) go through the lead block's consumers directly.
+ * Ignored rows and rows with a bad target are announced but never copied:
+ * the consumers write their zero gradient and outputs.
+ */
+#ifndef XENT_CUDA_KERNELS_STAGED_CUH
+#define XENT_CUDA_KERNELS_STAGED_CUH
+
+#include "cuda/device_common.cuh"
+#include "cuda/sm90.cuh"
+
+namespace xent {
+
+constexpr int kStagedMaxSlots = 16;
+constexpr int kStagedQueue = 8; /* rows the producer may announce ahead */
+
+/* A row as the producer announces it. */
+struct staged_row {
+  int64_t row; /* -1: no more rows for this block */
+  int64_t y;
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+
+struct staged_smem {
+  uint64_t full[kStagedMaxSlots];   /* stage landed (producer's bytes)          */
+  uint64_t empty[kStagedMaxSlots];  /* stage released (one arrival per warp)    */
+  uint64_t qfull[kStagedQueue];     /* queue entry written                      */
+  uint64_t qempty[kStagedQueue];    /* queue entry read (one arrival per warp)  */
+  staged_row queue[kStagedQueue];
+  part scratch[kMaxWarps + 1];
+  cluster_inbox inbox;
+};
+
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+/* Barrier 1 over the consumer threads (the producer warp never joins). */
+__device__ __forceinline__ void consumers_sync(int threads) {
+  asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
+}
+
+/* block_reduce over the consumer threads [0, threads). */
+__device__ __forceinline__ part consumers_reduce(part p, part *scratch, int threads) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  p = warp_reduce(p);
+  if (lane == 0) scratch[warp] = p;
+  consumers_sync(threads);
+  if (warp == 0) {
+    part q = lane < (threads >> 5) ? scratch[lane] : part_empty();
+    q = warp_reduce(q);
+    if (lane == 0) scratch[kMaxWarps] = q;
+  }
+  consumers_sync(threads);
+  return scratch[kMaxWarps];
+}
+
+/* A block's slice of a row: vectors [jb, je) of the row's aligned body. */
+struct staged_slice {
+  char *rowp;
+  row_geom g;
+  int jb, je, chunks;
+};
+
+template <typename T>
+__device__ __forceinline__ staged_slice staged_locate(const fwd_params &p, int64_t row, int K,
+                                                      unsigned rank) {
+  staged_slice sl;
+  sl.rowp = p.x + row * p.stride_bytes;
+  sl.g = make_geom<T>(sl.rowp, p.vocab);
+  const int share = (sl.g.nvec + K - 1) / K;
+  sl.jb = min((int)rank * share, sl.g.nvec);
+  sl.je = min(sl.jb + share, sl.g.nvec);
+  sl.chunks = (sl.je - sl.jb + p.ring_chunk_vecs - 1) / p.ring_chunk_vecs;
+  return sl;
+}
+
+/* A position in the ring: the slot and the parity of its current use,
+ * advanced one stage at a time (no division per stage). */
+struct ring_pos {
+  uint32_t slot, phase;
+};
+
+__device__ __forceinline__ void ring_next(ring_pos &r, uint32_t slots) {
+  if (++r.slot == slots) {
+    r.slot = 0;
+    r.phase ^= 1u;
+  }
+}
+
+/* The producer's copy of chunk c of a slice into the slot at r (one lane).
+ * `used`: the slot has been filled before, so wait for its release. */
+__device__ __forceinline__ void staged_issue(const fwd_params &p, staged_smem &sm, uint4 *ring,
+                                             const uint4 *vp, const staged_slice &sl, int c,
+                                             ring_pos &r, bool &used, uint64_t pol) {
+  const int CV = p.ring_chunk_vecs;
+  const int v0 = sl.jb + c * CV, nv = min(CV, sl.je - v0);
+  if (used) {
+    mbar_wait(&sm.empty[r.slot], r.phase ^ 1u);
+    /* The consumers read the slot through the generic proxy; the copy that
+     * overwrites it writes through the async proxy. */
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  mbar_arrive_expect(&sm.full[r.slot], (uint32_t)nv * 16u);
+  bulk_load(ring + (size_t)r.slot * CV, vp + v0, (uint32_t)nv * 16u, &sm.full[r.slot], pol);
+  ring_next(r, (uint32_t)p.ring_slots);
+  if (r.slot == 0) used = true;
+}
+
+template <typename T>
+__device__ void staged_produce(const fwd_params &p, staged_smem &sm, uint4 *ring, int K,
+                               unsigned rank) {
+  constexpr int ES = (int)sizeof(T);
+  /* Pass 1 evict-last (p.l2_hint) or normal, pass 2 evict-first. */
+  uint64_t pol1;
+  if (p.l2_hint && p.write_grad) /* every line read evict-last is written evict-first */
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol1));
+  else
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol1));
+  const uint64_t pol2 = evict_first_policy();
+  const int64_t step = (int64_t)(gridDim.x / (unsigned)K);
+  int64_t row = p.row_ticket ? (int64_t)atomicAdd(p.row_ticket, 1ull)
+                             : (int64_t)(blockIdx.x / (unsigned)K);
+  ring_pos r = {0, 0}; /* the next stage's slot */
+  bool used = false;    /* every slot has been filled once */
+  for (uint32_t n = 0;; n++) {
+    const int qi = (int)(n % kStagedQueue);
+    if (n >= (uint32_t)kStagedQueue) mbar_wait(&sm.qempty[qi], (n / kStagedQueue - 1) & 1u);
+    staged_row e;
+    e.row = row < p.rows ? row : -1;
+    e.y = e.row >= 0 ? load_target(p.targets, p.target64, e.row) : 0;
+    sm.queue[qi] = e;
+    mbar_arrive(&sm.qfull[qi]); /* releases the entry to the consumers */
+    if (e.row < 0) return;
+    /* The next row now, so that the counter's round trip overlaps this row. */
+    row = p.row_ticket ? (int64_t)atomicAdd(p.row_ticket, 1ull) : row + step;
+    if (e.y == p.ignore_index || target_bad(p, e.y)) continue; /* nothing to read */
+    const staged_slice sl = staged_locate<T>(p, e.row, K, rank);
+    const uint4 *vp = (const uint4 *)(sl.rowp + (int64_t)sl.g.head * ES);
+    for (int c = 0; c < sl.chunks; c++) staged_issue(p, sm, ring, vp, sl, c, r, used, pol1);
+    if (p.write_grad)
+      for (int c = sl.chunks - 1; c >= 0; c--) staged_issue(p, sm, ring, vp, sl, c, r, used, pol2);
+  }
+}
+
+/* Wait for the stage at r; returns its slot's vectors. */
+__device__ __forceinline__ const uint4 *staged_wait(const fwd_params &p, staged_smem &sm,
+                                                    const uint4 *ring, const ring_pos &r) {
+  mbar_wait(&sm.full[r.slot], r.phase);
+  return ring + (size_t)r.slot * p.ring_chunk_vecs;
+}
+
+/* Hand the stage at r back to the producer (every consumer warp, once), and
+ * move r to the next one. One lane arrives for its warp after __syncwarp;
+ * compute-sanitizer's racecheck does not accept that hand-off before the
+ * bulk copy that refills the slot, with or without the producer's proxy
+ * fence, and reports it as a hazard (bench/NOTES.md v11). */
+__device__ __forceinline__ void staged_release(const fwd_params &p, staged_smem &sm,
+                                               ring_pos &r) {
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) mbar_arrive(&sm.empty[r.slot]);
+  ring_next(r, (uint32_t)p.ring_slots);
+}
+
+/* Packed maximum of two 32-bit words of elements (two bf16 or fp16, one
+ * fp32), NaN-ignoring like fmaxf; and the word of -inf. */
+template <typename T> struct word_max;
+template <> struct word_max<__nv_bfloat16> {
+  static constexpr uint32_t kNegInf = 0xff80ff80u;
+  __device__ static uint32_t of(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+  }
+  __device__ static float to_float(uint32_t w) { return fmaxf(bf16_lo(w), bf16_hi(w)); }
+};
+template <> struct word_max<__half> {
+  static constexpr uint32_t kNegInf = 0xfc00fc00u;
+  __device__ static uint32_t of(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+  }
+  __device__ static float to_float(uint32_t w) {
+    const float2 f = h2_unpack(w);
+    return fmaxf(f.x, f.y);
+  }
+};
+template <> struct word_max<float> {
+  static constexpr uint32_t kNegInf = 0xff800000u;
+  __device__ static uint32_t of(uint32_t a, uint32_t b) {
+    return __float_as_uint(fmaxf(__uint_as_float(a), __uint_as_float(b)));
+  }
+  __device__ static float to_float(uint32_t w) { return __uint_as_float(w); }
+};
+
+/* Fold a thread's U vectors of a stage into its online (max m, sum s), for
+ * calls that need nothing but the two (no softcap, weights, accuracy or
+ * smoothing): the stage's maximum first, on packed pairs, then one rescale
+ * and U * N exponentials summed in four independent chains. Vectors past
+ * the stage's end hold -inf and add nothing. The same result as fold_vec
+ * up to the order of the additions. */
+template <typename T, int U>
+__device__ __forceinline__ void fold_stage(const uint4 (&v)[U], float &m, float &s) {
+  constexpr int VN = elem<T>::N;
+  using W = word_max<T>;
+  uint32_t w[U];
+#pragma unroll
+  for (int u = 0; u < U; u++) w[u] = W::of(W::of(v[u].x, v[u].y), W::of(v[u].z, v[u].w));
+#pragma unroll
+  for (int h = 1; h < U; h *= 2)
+#pragma unroll
+    for (int u = 0; u + h < U; u += 2 * h) w[u] = W::of(w[u], w[u + h]);
+  const float cm = W::to_float(w[0]);
+  if (cm > m) {
+    s *= fast_exp2((m - cm) * kLog2e); /* 0 while m was -inf; NaN stays NaN */
+    m = cm;
+  }
+  if (m == -INFINITY) { /* every element so far -inf or NaN: keep a NaN */
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      float f[VN];
+      elem<T>::unpack(v[u], f);
+#pragma unroll
+      for (int e = 0; e < VN; e++)
+        if (f[e] != f[e]) s = f[e];
+    }
+    return;
+  }
+  const float mk = m * kLog2e;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    float f[VN];
+    elem<T>::unpack(v[u], f);
+#pragma unroll
+    for (int e = 0; e < VN; e++) acc[e & 3] += fast_exp2(fmaf(f[e], kLog2e, -mk));
+  }
+  s += (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+/* Pass 1 over a slice's stages from r on: an online (max, sum) and the
+ * max-pass statistics, the lead block's extra elements included. Thread t
+ * takes vectors t, t + nc, ..., t + (U - 1) nc of each stage (a stage holds
+ * U * nc vectors, the last one of a slice fewer). */
+template <typename T, int U, bool GENERAL, bool ARGMAX, bool SMOOTH>
+__device__ __forceinline__ part staged_pass1(const fwd_params &p, staged_smem &sm,
+                                             const uint4 *ring, const staged_slice &sl,
+                                             bool lead, ring_pos &r, int nc) {
+  constexpr int VN = elem<T>::N;
+  constexpr int ES = (int)sizeof(T);
+  constexpr bool PLAIN = !GENERAL && !ARGMAX && !SMOOTH;
+  const int tid = threadIdx.x, CV = p.ring_chunk_vecs;
+  float m = -INFINITY, s = 0.0f;
+  part q = part_empty();
+  if (lead) {
+    for (int e = tid; e < sl.g.extras; e += nc) {
+      const int ej = extra_index(sl.g, e);
+      float x = elem<T>::load(sl.rowp + (int64_t)ej * ES), d;
+      if (GENERAL && p.use_softcap) x = cap(p, x, &d);
+      fold_max<GENERAL, ARGMAX, SMOOTH>(p, q, x, ej);
+      xent_merge_element(&m, &s, x);
+    }
+  }
+  for (int c = 0; c < sl.chunks; c++) {
+    const uint4 *sp = staged_wait(p, sm, ring, r) + tid;
+    const int v0 = sl.jb + c * CV, nv = min(CV, sl.je - v0);
+    uint4 v[U];
+    if (nv == CV) {
+#pragma unroll
+      for (int u = 0; u < U; u++) v[u] = sp[u * nc];
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        constexpr uint32_t ni = word_max<T>::kNegInf;
+        v[u] = tid + u * nc < nv ? sp[u * nc] : make_uint4(ni, ni, ni, ni);
+      }
+    }
+    staged_release(p, sm, r);
+    if (PLAIN) {
+      fold_stage<T, U>(v, m, s);
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        const int i = tid + u * nc;
+        if (i < nv)
+          fold_vec<T, GENERAL, ARGMAX, SMOOTH>(p, v[u], sl.g.head + (v0 + i) * VN, m, s, q);
+      }
+    }
+  }
+  q.m = m;
+  q.s = s;
+  return q;
+}
+
+/* Pass 2 for one stage: this thread's U vectors from shared memory `sp`
+ * (already offset by the thread), their gradient to global memory `gp`
+ * (likewise), element index j0 for the first; `left`: vectors of the stage
+ * from the thread's first on. FULL: the stage is whole, no bounds checks.
+ * The slot goes back to the producer as soon as the vectors are loaded. */
+template <typename T, int U, bool GENERAL, bool FULL>
+__device__ __forceinline__ void staged_grad(const fwd_params &p, staged_smem &sm,
+                                            const grad_coef &gc, const uint4 *sp, uint4 *gp,
+                                            int j0, int nc, int left, ring_pos &r) {
+  constexpr int VN = elem<T>::N;
+  uint4 v[U];
+#pragma unroll
+  for (int u = 0; u < U; u++)
+    if (FULL || u * nc < left) v[u] = sp[u * nc];
+  staged_release(p, sm, r);
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    if (FULL || u * nc < left) {
+      float f[VN];
+      elem<T>::unpack(v[u], f);
+      grad_vec<T, GENERAL>(p, gc, f, j0 + u * nc * VN);
+      st_grad(gp + u * nc, elem<T>::pack(f));
+    }
+  }
+}
+
+#endif
+
+template <typename T, int U, bool GENERAL, bool STATS>
+__global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const fwd_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int VN = elem<T>::N;
+  constexpr int ES = (int)sizeof(T);
+  extern __shared__ __align__(128) uint4 ring[];
+  __shared__ staged_smem sm;
+  const int K = p.cluster;
+  const int nc = (int)blockDim.x - 32; /* consumer threads; the last warp produces */
+  const int tid = threadIdx.x;
+  const unsigned rank = K > 1 ? cluster_rank() : 0u;
+  const bool lead = rank == 0;
+  if (tid == 0) {
+    for (int i = 0; i < p.ring_slots; i++) {
+      mbar_init(&sm.full[i], 1);
+      mbar_init(&sm.empty[i], (unsigned)nc / 32u);
+    }
+    for (int i = 0; i < kStagedQueue; i++) {
+      mbar_init(&sm.qfull[i], 1);
+      mbar_init(&sm.qempty[i], (unsigned)nc / 32u);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (K > 1) {
+    inbox_init(&sm.inbox); /* arrives on the cluster barrier */
+    cluster_wait();        /* every peer's inbox is ready */
+  }
+  if (tid >= nc) {
+    if (tid == nc) staged_produce<T>(p, sm, ring, K, rank);
+    return;
+  }
+
+  const int CV = p.ring_chunk_vecs;
+  const row_scales rs = load_scales(p);
+  const bool writer = lead && tid == 0;
+  ring_pos r = {0, 0};    /* the next stage to consume */
+  unsigned exchanged = 0; /* rows exchanged over the cluster */
+  for (uint32_t n = 0;; n++) {
+    const int qi = (int)(n % kStagedQueue);
+    mbar_wait(&sm.qfull[qi], (n / kStagedQueue) & 1u);
+    const staged_row e = sm.queue[qi];
+    __syncwarp();
+    if ((tid & 31) == 0) mbar_arrive(&sm.qempty[qi]);
+    if (e.row < 0) break;
+    const bool bad = target_bad(p, e.y);
+    const staged_slice sl = staged_locate<T>(p, e.row, K, rank);
+    if (bad || e.y == p.ignore_index) {
+      if (writer) skipped_row_outputs(p, e.row, bad);
+      if (p.write_grad) zero_row<T>(sl.rowp, sl.g, sl.jb + tid, sl.je, nc, lead ? tid : 0x7fffffff, nc);
+      continue;
+    }
+    const int y = (int)e.y;
+    const float xy = writer ? load_xy<T, GENERAL>(p, sl.rowp, y) : 0.0f;
+    part q;
+#define XENT_STAGED_PASS1(A, S) q = staged_pass1<T, U, GENERAL, A, S>(p, sm, ring, sl, lead, r, nc)
+    if (STATS) XENT_WITH_FLAGS(p, XENT_STAGED_PASS1);
+    else XENT_STAGED_PASS1(false, false);
+#undef XENT_STAGED_PASS1
+    part t = consumers_reduce(q, sm.scratch, nc);
+    if (K > 1) t = cluster_exchange(t, K, rank, &sm.inbox, exchanged++);
+    const grad_coef gc = finish_row(p, rs, t, xy, e.row, y, writer);
+    if (!p.write_grad) continue;
+
+    uint4 *vp = (uint4 *)(sl.rowp + (int64_t)sl.g.head * ES);
+    for (int c = sl.chunks - 1; c >= 0; c--) {
+      const uint4 *sp = staged_wait(p, sm, ring, r) + tid;
+      const int v0 = sl.jb + c * CV, nv = min(CV, sl.je - v0);
+      if (nv == CV)
+        staged_grad<T, U, GENERAL, true>(p, sm, gc, sp, vp + v0 + tid, sl.g.head + (v0 + tid) * VN,
+                                         nc, nv - tid, r);
+      else
+        staged_grad<T, U, GENERAL, false>(p, sm, gc, sp, vp + v0 + tid,
+                                          sl.g.head + (v0 + tid) * VN, nc, nv - tid, r);
+    }
+    if (lead) {
+      for (int x = tid; x < sl.g.extras; x += nc) {
+        const int ej = extra_index(sl.g, x);
+        char *ep = sl.rowp + (int64_t)ej * ES;
+        elem<T>::store(ep, grad_one<GENERAL>(p, gc, elem<T>::load(ep), ej));
+      }
+    }
+  }
+#else
+  (void)p; /* never launched: the host picks this path on sm_90+ only */
+#endif
+}
+
+}  // namespace xent
+
+#endif
