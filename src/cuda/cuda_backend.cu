@@ -226,6 +226,13 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
     return XENT_OK;
   }
   *l = xent_launch_pick(dp->sm_major, es, c->in.vocab, c->write_grad, c->in.rows, dp->sms);
+  if (l->path == XENT_PATH_STAGED) {
+    /* The table assumes an H200's 227 KB a block: with less, fewer chunks,
+     * and failing that the kernels of GPUs without the staged path. */
+    while (l->slots > 2 && !xent_staged_fits(l, dp->sm_major, dp->smem_optin)) l->slots--;
+    if (!xent_staged_fits(l, dp->sm_major, dp->smem_optin))
+      *l = xent_launch_pick(8, es, c->in.vocab, c->write_grad, c->in.rows, dp->sms);
+  }
   return XENT_OK;
 }
 

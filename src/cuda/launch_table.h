@@ -217,16 +217,42 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
    *   V = 32000 (128 KB) is 10 % slower with 256 threads than with 512.
    * - longer rows: two reads, a row per block, pass 2 re-reading from L2;
    *   1024 threads for rows over 256 KB, 512 up to 256 KB. On sm_90, rows
-   *   over 256 KB go over clusters of the keep path instead (below).
+   *   from 200 KB take the staged path instead (below).
    * - the one-read kernel, the ring (v4) and the stream kernel (v5) are
    *   never picked: each was slower than the above at every size measured;
    *   xent_tune_override selects them. */
   l.threads = row_bytes <= 112 * 1024 ? 256 : row_bytes > 256 * 1024 ? 1024 : 512;
+  /* sm_90, rows of 200 KB and more: the staged path (a producer warp
+   * streaming the rows through 4 chunks of 52 KB with bulk copies, 416
+   * consumer threads, pass 1 evict-last), a row split over a cluster of K
+   * blocks, the fewest of 1, 2, 4, 8 that leave each block a slice of at
+   * most 320 KB (the L2 share v8 and v9 found); with K = 1 the rows come
+   * from a counter in the workspace. On an H200 (bench/NOTES.md v11),
+   * against v10's table in the same run: bf16 V = 128256 1.087x; with 448
+   * consumer threads, bf16 152064 1.08x, 201088 (K = 2) 1.02x, fp32 128256
+   * (K = 2) 1.10x; without the evict-last hint, bf16 262144 (K = 2) 1.03x
+   * and fp32 262144 (K = 4) 1.08x. Rows over 8 x 320 KB keep two reads
+   * (below). */
+  if (sm_major == 9 && row_bytes >= 200 * 1024) {
+    int K = 1;
+    while (K < XENT_MAX_CLUSTER && row_bytes > (long long)K * 320 * 1024) K *= 2;
+    if (row_bytes <= (long long)K * 320 * 1024) {
+      l.path = XENT_PATH_STAGED;
+      l.cluster = K;
+      l.threads = 416;
+      l.vecs = 8;
+      l.slots = 4;
+      l.hint = 1;
+      l.ticket = K == 1;
+      return l;
+    }
+  }
   /* The keep path, 13 vectors a thread held in shared memory (53 KB a
    * 256-thread block, 106 KB a 512-thread one), where the rows in flight
    * outgrow their share of L2: more than 320 KB of rows per SM (at 64
    * registers a thread, 1024 / threads blocks per SM), rows up to 256 KB:
-   * rows of 80 to 112 KB (256 threads) and of 160 to 256 KB (512).
+   * rows of 80 to 112 KB (256 threads) and of 160 to 200 KB (512; up to
+   * 256 KB before the staged path).
    * On an H200 (bench/NOTES.md v8): 3.4 to 8.5 % faster at bf16 V = 50304
    * and 128256 and at fp32 V = 50304; even at bf16 32000 and slower at
    * fp32 32000 (256 KB of rows per SM each). sm_90 only: other GPUs have
@@ -240,25 +266,6 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
     l.path = XENT_PATH_KEEP;
     l.keep = 13;
     l.per_row = 1;
-  }
-  /* Rows over 256 KB on sm_90: the keep path with 512 threads, a row split
-   * over a cluster of K blocks (the fewest of 1, 2, 4, 8) so that a block's
-   * slice is at most 320 KB; the blocks exchange their statistics by
-   * asynchronous stores, not cluster barriers. On an H200 (bench/NOTES.md
-   * v9) against two reads with 1024 threads: bf16 V = 152064 3.2 % faster
-   * (K = 1), bf16 262144 4.2 % (K = 2), fp32 128256 2.5 % (K = 2), fp32
-   * 152064 even (K = 2), fp32 262144 8.5 % (K = 4). */
-  if (sm_major == 9 && row_bytes > 256 * 1024) {
-    int K = 1;
-    while (K < XENT_MAX_CLUSTER && row_bytes > (long long)K * 320 * 1024) K *= 2;
-    if (row_bytes <= (long long)K * 320 * 1024) {
-      l.path = XENT_PATH_KEEP;
-      l.cluster = K;
-      l.threads = 512;
-      l.keep = 13;
-      l.per_row = 1;
-      return l;
-    }
   }
   /* Rows over 256 KB otherwise: pass 1 loads evict-last and pass 2
    * evict-first, so that more of pass 2 finds its row in L2; 1.0 to 1.8 %

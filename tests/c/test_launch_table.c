@@ -4,7 +4,7 @@
  * bench/NOTES.md records, and the invariants every choice must keep for any
  * architecture, element size and vocabulary (clusters only on sm_90, a
  * cluster's slices within their share of L2, the shared memory the table
- * assumes per SM).
+ * assumes per SM, the staged path's row counter only without a cluster).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +25,7 @@ typedef struct want {
   int es;         /* element bytes */
   long long V;    /* vocabulary    */
   int path, cluster, threads, keep, hint;
+  int vecs, slots, ticket; /* the staged path's */
 } want;
 
 /* An H200's multiprocessors; forward calls of BT = 8192 rows unless said. */
@@ -32,11 +33,11 @@ enum { H200_SMS = 132, BT = 8192 };
 
 static void expect_pick_rows(int sm, int write_grad, long long rows, const want *w) {
   xent_launch l = xent_launch_pick(sm, w->es, w->V, write_grad, rows, H200_SMS);
-  char got[160], exp[160];
-  snprintf(got, sizeof got, "path %d cluster %d threads %d keep %d hint %d", l.path, l.cluster,
-           l.threads, l.keep, l.hint);
-  snprintf(exp, sizeof exp, "path %d cluster %d threads %d keep %d hint %d", w->path, w->cluster,
-           w->threads, w->keep, w->hint);
+  char got[200], exp[200];
+  snprintf(got, sizeof got, "path %d cluster %d threads %d keep %d hint %d vecs %d slots %d ticket %d",
+           l.path, l.cluster, l.threads, l.keep, l.hint, l.vecs, l.slots, l.ticket);
+  snprintf(exp, sizeof exp, "path %d cluster %d threads %d keep %d hint %d vecs %d slots %d ticket %d",
+           w->path, w->cluster, w->threads, w->keep, w->hint, w->vecs, w->slots, w->ticket);
   if (strcmp(got, exp) != 0) {
     print_message("sm_%d0 es=%d V=%lld grad=%d rows=%lld: got %s, want %s\n", sm, w->es, w->V,
                   write_grad, rows, got, exp);
@@ -49,25 +50,29 @@ static void expect_pick(int sm, int write_grad, const want *w) {
 }
 
 /* Forward with gradient on sm_90: the shapes xent-bench --tune measures,
- * and the rows just past the 8-block limit of the cluster split. */
+ * the edges of the staged path (200 KB rows) and the rows just past the
+ * 8-block limit of its cluster split. */
 static void test_sm90_measured_choices(void **state) {
   (void)state;
-  const int T = XENT_PATH_TWOREAD, K = XENT_PATH_KEEP;
+  const int T = XENT_PATH_TWOREAD, K = XENT_PATH_KEEP, S = XENT_PATH_STAGED;
   const want wants[] = {
-      {2, 32000, T, 1, 256, 0, 0},      /* 64 KB rows: two reads          */
-      {2, 50304, K, 1, 256, 13, 0},     /* 98 KB: keep, 256 threads       */
-      {2, 128256, K, 1, 512, 13, 0},    /* 251 KB: keep, 512 threads      */
-      {2, 152064, K, 1, 512, 13, 0},    /* 297 KB: a row per block        */
-      {2, 262144, K, 2, 512, 13, 0},    /* 512 KB: cluster of 2           */
-      {2, 1048576, K, 8, 512, 13, 0},   /* 2 MB: cluster of 8             */
-      {4, 32000, T, 1, 512, 0, 0},      /* 125 KB: two reads, 512 threads */
-      {4, 50304, K, 1, 512, 13, 0},     /* 196 KB: keep                   */
-      {4, 128256, K, 2, 512, 13, 0},    /* 501 KB: cluster of 2           */
-      {4, 152064, K, 2, 512, 13, 0},    /* 594 KB: cluster of 2           */
-      {4, 262144, K, 4, 512, 13, 0},    /* 1 MB: cluster of 4             */
-      {4, 655360, K, 8, 512, 13, 0},    /* 2.5 MB: cluster of 8, the last */
-      {4, 655361, T, 1, 1024, 0, 1},    /* past 8 x 320 KB: two reads     */
-      {4, 1048576, T, 1, 1024, 0, 1},
+      {2, 32000, T, 1, 256, 0, 0, 0, 0, 0},     /* 64 KB rows: two reads          */
+      {2, 50304, K, 1, 256, 13, 0, 0, 0, 0},    /* 98 KB: keep, 256 threads       */
+      {2, 102399, K, 1, 512, 13, 0, 0, 0, 0},   /* just under 200 KB: keep        */
+      {2, 102400, S, 1, 416, 0, 1, 8, 4, 1},    /* 200 KB: staged, row counter    */
+      {2, 128256, S, 1, 416, 0, 1, 8, 4, 1},    /* 251 KB                         */
+      {2, 152064, S, 1, 416, 0, 1, 8, 4, 1},    /* 297 KB                         */
+      {2, 163840, S, 1, 416, 0, 1, 8, 4, 1},    /* 320 KB: the last of one block  */
+      {2, 163841, S, 2, 416, 0, 1, 8, 4, 0},    /* cluster of 2, every grid-th row */
+      {2, 262144, S, 2, 416, 0, 1, 8, 4, 0},    /* 512 KB                         */
+      {2, 1048576, S, 8, 416, 0, 1, 8, 4, 0},   /* 2 MB: cluster of 8             */
+      {4, 32000, T, 1, 512, 0, 0, 0, 0, 0},     /* 125 KB: two reads, 512 threads */
+      {4, 50304, K, 1, 512, 13, 0, 0, 0, 0},    /* 196 KB: keep                   */
+      {4, 128256, S, 2, 416, 0, 1, 8, 4, 0},    /* 501 KB: cluster of 2           */
+      {4, 262144, S, 4, 416, 0, 1, 8, 4, 0},    /* 1 MB: cluster of 4             */
+      {4, 655360, S, 8, 416, 0, 1, 8, 4, 0},    /* 2.5 MB: cluster of 8, the last */
+      {4, 655361, T, 1, 1024, 0, 1, 0, 0, 0},   /* past 8 x 320 KB: two reads     */
+      {4, 1048576, T, 1, 1024, 0, 1, 0, 0, 0},
   };
   for (size_t i = 0; i < sizeof wants / sizeof wants[0]; i++) expect_pick(9, 1, &wants[i]);
 }
@@ -79,23 +84,23 @@ static void test_sm90_measured_choices(void **state) {
 static void test_other_gpus_and_no_grad(void **state) {
   (void)state;
   const int T = XENT_PATH_TWOREAD, W = XENT_PATH_WARP;
-  const want sm80[] = {{2, 50304, T, 1, 256, 0, 0},
-                       {2, 128256, T, 1, 512, 0, 0},
-                       {2, 262144, T, 1, 1024, 0, 1},
-                       {4, 128256, T, 1, 1024, 0, 1}};
+  const want sm80[] = {{2, 50304, T, 1, 256, 0, 0, 0, 0, 0},
+                       {2, 128256, T, 1, 512, 0, 0, 0, 0, 0},
+                       {2, 262144, T, 1, 1024, 0, 1, 0, 0, 0},
+                       {4, 128256, T, 1, 1024, 0, 1, 0, 0, 0}};
   for (size_t i = 0; i < sizeof sm80 / sizeof sm80[0]; i++) {
     expect_pick(8, 1, &sm80[i]);
     expect_pick(10, 1, &sm80[i]);
   }
-  const want sm70 = {4, 262144, T, 1, 1024, 0, 0};
+  const want sm70 = {4, 262144, T, 1, 1024, 0, 0, 0, 0, 0};
   expect_pick(7, 1, &sm70);
   for (int sm = 7; sm <= 10; sm++) {
-    const want nograd[] = {{2, 262144, T, 1, 256, 0, 0},  /* 512 KB rows   */
-                           {4, 32000, W, 1, 128, 0, 0},   /* 125 KB        */
-                           {2, 128256, W, 1, 128, 0, 0},  /* 251 KB        */
-                           {4, 128256, W, 1, 128, 0, 0}}; /* 501 KB        */
+    const want nograd[] = {{2, 262144, T, 1, 256, 0, 0, 0, 0, 0},  /* 512 KB rows   */
+                           {4, 32000, W, 1, 128, 0, 0, 0, 0, 0},   /* 125 KB        */
+                           {2, 128256, W, 1, 128, 0, 0, 0, 0, 0},  /* 251 KB        */
+                           {4, 128256, W, 1, 128, 0, 0, 0, 0, 0}}; /* 501 KB        */
     for (size_t i = 0; i < sizeof nograd / sizeof nograd[0]; i++) expect_pick(sm, 0, &nograd[i]);
-    const want few = {2, 128256, T, 1, 256, 0, 0}, enough = {2, 128256, W, 1, 128, 0, 0};
+    const want few = {2, 128256, T, 1, 256, 0, 0, 0, 0, 0}, enough = {2, 128256, W, 1, 128, 0, 0, 0, 0, 0};
     expect_pick_rows(sm, 0, 1024, &few);      /* 7.8 rows per SM  */
     expect_pick_rows(sm, 0, 12 * 132 - 1, &few);
     expect_pick_rows(sm, 0, 12 * 132, &enough);
@@ -117,27 +122,35 @@ static void test_invariants(void **state) {
             const xent_launch l = xent_launch_pick(sm, es, V, grad, rows, H200_SMS);
             const long long row = V * es;
             const char *why = NULL;
+            const int staged = l.path == XENT_PATH_STAGED;
             if (l.path != XENT_PATH_TWOREAD && l.path != XENT_PATH_KEEP &&
-                l.path != XENT_PATH_WARP)
+                l.path != XENT_PATH_WARP && !staged)
               why = "a path the table never picks";
             else if (l.path == XENT_PATH_WARP &&
                      (grad || l.threads > XENT_MAX_WARP_THREADS || rows < 12 * H200_SMS ||
                       row >= 512 * 1024))
               why = "a row per warp with a gradient, past its launch bounds, with few rows "
                     "or with rows of 512 KB and more";
-            else if (l.path == XENT_PATH_WARP ? l.threads % 32 != 0
-                                              : l.threads != 256 && l.threads != 512 &&
-                                                    l.threads != 1024)
+            else if (l.path == XENT_PATH_WARP || staged ? l.threads % 32 != 0
+                                                        : l.threads != 256 && l.threads != 512 &&
+                                                              l.threads != 1024)
               why = "threads";
             else if (l.cluster != 1 && l.cluster != 2 && l.cluster != 4 && l.cluster != 8)
               why = "cluster not a power of 2 up to 8";
             else if (l.cluster > 1 && sm != 9)
               why = "clusters off sm_90";
-            else if (l.path == XENT_PATH_KEEP && (sm != 9 || !grad))
-              why = "keep path off sm_90 or without a gradient";
+            else if ((l.path == XENT_PATH_KEEP || staged) && (sm != 9 || !grad))
+              why = "keep or staged path off sm_90 or without a gradient";
+            else if (staged && (row < 200 * 1024 || !xent_staged_fits(&l, sm, H200_SMEM_OPTIN) ||
+                                (long long)l.slots * l.vecs * l.threads * 16 +
+                                        XENT_STAGED_STATIC_SMEM + SMEM_RESERVED >
+                                    H200_SMEM_PER_SM))
+              why = "staged path under 200 KB rows, or not one block per SM";
+            else if (l.ticket != (staged && l.cluster == 1))
+              why = "a row counter off the staged path or over a cluster";
             else if (l.per_row != (l.path == XENT_PATH_KEEP))
               why = "keep launches not a row per block (or per_row set off the keep path)";
-            else if (l.hint &&
+            else if (l.hint && !staged &&
                      (l.path != XENT_PATH_TWOREAD || sm < 8 || !grad || row <= 256 * 1024))
               why = "L2 policies where they were not measured";
             else if (l.cluster > 1 && (row > (long long)l.cluster * 320 * 1024 ||
