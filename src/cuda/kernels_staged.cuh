@@ -181,15 +181,21 @@ __device__ __forceinline__ const uint4 *staged_wait(const fwd_params &p, staged_
   return ring + (size_t)r.slot * p.ring_chunk_vecs;
 }
 
-/* Hand the stage at r back to the producer (every consumer warp, once), and
- * move r to the next one. One lane arrives for its warp after __syncwarp;
- * compute-sanitizer's racecheck does not accept that hand-off before the
- * bulk copy that refills the slot, with or without the producer's proxy
- * fence, and reports it as a hazard (bench/NOTES.md v11). */
+/* Hand the stage at r back to the producer, and move r to the next one.
+ * By default one lane arrives for its warp after __syncwarp. compute-
+ * sanitizer's racecheck does not accept that hand-off before the bulk copy
+ * that refills the slot, with or without the producer's proxy fence, and
+ * reports it as a hazard (bench/NOTES.md v11). With p.ring_lsu every thread
+ * arrives itself, so that each thread's release orders its own reads of
+ * the slot; the barrier then counts every consumer thread. */
 __device__ __forceinline__ void staged_release(const fwd_params &p, staged_smem &sm,
                                                ring_pos &r) {
-  __syncwarp();
-  if ((threadIdx.x & 31) == 0) mbar_arrive(&sm.empty[r.slot]);
+  if (p.ring_lsu) {
+    mbar_arrive(&sm.empty[r.slot]);
+  } else {
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) mbar_arrive(&sm.empty[r.slot]);
+  }
   ring_next(r, (uint32_t)p.ring_slots);
 }
 
@@ -367,7 +373,7 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
   if (tid == 0) {
     for (int i = 0; i < p.ring_slots; i++) {
       mbar_init(&sm.full[i], 1);
-      mbar_init(&sm.empty[i], (unsigned)nc / 32u);
+      mbar_init(&sm.empty[i], p.ring_lsu ? (unsigned)nc : (unsigned)nc / 32u);
     }
     for (int i = 0; i < kStagedQueue; i++) {
       mbar_init(&sm.qfull[i], 1);
