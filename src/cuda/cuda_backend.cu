@@ -305,6 +305,17 @@ xent_status resident_units(fwd_kernel k, const xent_launch &l, const dev_props *
   return XENT_OK;
 }
 
+/* A persistent kernel's grid: one block (cluster of l.cluster blocks) per
+ * slot the GPU holds at once, and no more than one per row. */
+xent_status persistent_grid(fwd_kernel k, const xent_launch &l, const dev_props *dp, int smem,
+                            int smem_max, int64_t rows, int64_t *blocks) {
+  int units = 0;
+  xent_status st = resident_units(k, l, dp, smem, smem_max, &units);
+  if (st) return st;
+  *blocks = (rows < units ? rows : units) * (int64_t)l.cluster;
+  return XENT_OK;
+}
+
 xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype dt, bool general,
                            fwd_params p, cudaStream_t stream) {
   const bool stats = p.need_argmax || p.k.smoothing || l.stats;
@@ -316,32 +327,26 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
   cfg.dynamicSmemBytes = 0;
   if (l.path == XENT_PATH_RING) {
     const int smem = l.slots * l.chunk_vecs * 16;
-    int clusters = 0;
-    xent_status st = resident_units(k, l, dp, smem, dp->ring_slots * XENT_RING_CHUNK_VECS * 16,
-                                    &clusters);
+    xent_status st = persistent_grid(k, l, dp, smem, dp->ring_slots * XENT_RING_CHUNK_VECS * 16,
+                                     p.rows, &blocks);
     if (st) return st;
-    blocks = (p.rows < clusters ? p.rows : clusters) * (int64_t)l.cluster;
     cfg.dynamicSmemBytes = (size_t)smem;
     p.ring_slots = l.slots;
     p.ring_chunk_vecs = l.chunk_vecs;
     p.ring_lsu = l.lsu;
   } else if (l.path == XENT_PATH_STREAM) {
-    const int smem = l.slots * l.threads * 16;
-    int resident = 0;
-    xent_status st =
-        resident_units(k, l, dp, smem, dp->smem_optin - XENT_STREAM_STATIC_SMEM, &resident);
+    const int smem = l.slots * l.threads * 16; /* cluster 1 (choose_launch) */
+    xent_status st = persistent_grid(k, l, dp, smem, dp->smem_optin - XENT_STREAM_STATIC_SMEM,
+                                     p.rows, &blocks);
     if (st) return st;
-    blocks = p.rows < resident ? p.rows : resident;
     cfg.dynamicSmemBytes = (size_t)smem;
     p.ring_slots = l.slots;
   } else if (l.path == XENT_PATH_STAGED) {
     p.ring_chunk_vecs = (general || stats ? 4 : l.vecs) * l.threads; /* as pick_kernel */
     const int smem = l.slots * p.ring_chunk_vecs * 16;
-    int clusters = 0;
-    xent_status st = resident_units(k, l, dp, smem, dp->smem_optin - XENT_STAGED_STATIC_SMEM,
-                                    &clusters);
+    xent_status st = persistent_grid(k, l, dp, smem, dp->smem_optin - XENT_STAGED_STATIC_SMEM,
+                                     p.rows, &blocks);
     if (st) return st;
-    blocks = (p.rows < clusters ? p.rows : clusters) * (int64_t)l.cluster;
     cfg.dynamicSmemBytes = (size_t)smem;
     p.ring_slots = l.slots;
     p.ring_lsu = l.lsu;
@@ -349,11 +354,11 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     const int es = (int)xent_dtype_size(dt);
     p.keep_vecs = xent_keep_vecs(&l, es, p.vocab);
     const int smem = p.keep_vecs * l.threads * 16;
-    int resident = 0; /* blocks, or clusters of l.cluster blocks */
-    xent_status st =
-        resident_units(k, l, dp, smem, dp->smem_optin - XENT_TWOREAD_STATIC_SMEM, &resident);
+    int64_t grid = 0; /* also sets the kernel's shared-memory limit */
+    xent_status st = persistent_grid(k, l, dp, smem, dp->smem_optin - XENT_TWOREAD_STATIC_SMEM,
+                                     p.rows, &grid);
     if (st) return st;
-    if (!l.per_row) blocks = (p.rows < resident ? p.rows : resident) * (int64_t)l.cluster;
+    if (!l.per_row) blocks = grid;
     cfg.dynamicSmemBytes = (size_t)smem;
   }
   if (l.path == XENT_PATH_WARP) {
