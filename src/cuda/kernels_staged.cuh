@@ -41,7 +41,6 @@
 
 namespace xent {
 
-constexpr int kStagedMaxSlots = 16;
 constexpr int kStagedQueue = 8; /* rows the producer may announce ahead */
 
 /* A row as the producer announces it. */
@@ -53,14 +52,16 @@ struct staged_row {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 
 struct staged_smem {
-  uint64_t full[kStagedMaxSlots];   /* stage landed (producer's bytes)          */
-  uint64_t empty[kStagedMaxSlots];  /* stage released (one arrival per warp)    */
+  uint64_t full[XENT_STAGED_MAX_SLOTS];  /* stage landed (producer's bytes)           */
+  uint64_t empty[XENT_STAGED_MAX_SLOTS]; /* stage released (per warp, or per thread)  */
   uint64_t qfull[kStagedQueue];     /* queue entry written                      */
   uint64_t qempty[kStagedQueue];    /* queue entry read (one arrival per warp)  */
   staged_row queue[kStagedQueue];
   part scratch[kMaxWarps + 1];
   cluster_inbox inbox;
 };
+static_assert(sizeof(staged_smem) <= XENT_STAGED_STATIC_SMEM,
+              "the host reserves XENT_STAGED_STATIC_SMEM for fwd_staged's static shared memory");
 
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
