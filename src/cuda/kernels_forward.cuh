@@ -244,15 +244,7 @@ __device__ __forceinline__ void tworead_pass1(const fwd_params &p, const char *r
       if (j < j_end) fold_vec<T, GENERAL, ARGMAX, SMOOTH>(p, v[u], g.head + j * VN, m, s, q);
     }
   }
-  if (do_extras) {
-    for (int e = tid; e < g.extras; e += nt) {
-      const int ej = extra_index(g, e);
-      float x = elem<T>::load(rowp + (int64_t)ej * ES), d;
-      if (GENERAL && p.use_softcap) x = cap(p, x, &d);
-      fold_max<GENERAL, ARGMAX, SMOOTH>(p, q, x, ej);
-      xent_merge_element(&m, &s, x);
-    }
-  }
+  if (do_extras) fold_extras<T, GENERAL, ARGMAX, SMOOTH>(p, rowp, g, tid, nt, m, s, q);
   q.m = m;
   q.s = s;
 }
@@ -399,13 +391,7 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
           }
         }
       }
-      if (lead) {
-        for (int e = tid; e < g.extras; e += nt) {
-          const int ej = extra_index(g, e);
-          char *ep = rowp + (int64_t)ej * ES;
-          elem<T>::store(ep, grad_one<GENERAL>(p, gc, elem<T>::load(ep), ej));
-        }
-      }
+      if (lead) grad_extras<T, GENERAL>(p, gc, rowp, g, tid, nt);
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && XENT_DIAG == 5
     if (K > 1) cluster_wait(); /* peers are done with this row's exchange */

@@ -286,20 +286,11 @@ __device__ __forceinline__ part staged_pass1(const fwd_params &p, staged_smem &s
                                              const uint4 *ring, const staged_slice &sl,
                                              bool lead, ring_pos &r, int nc) {
   constexpr int VN = elem<T>::N;
-  constexpr int ES = (int)sizeof(T);
   constexpr bool PLAIN = !GENERAL && !ARGMAX && !SMOOTH;
   const int tid = threadIdx.x, CV = p.ring_chunk_vecs;
   float m = -INFINITY, s = 0.0f;
   part q = part_empty();
-  if (lead) {
-    for (int e = tid; e < sl.g.extras; e += nc) {
-      const int ej = extra_index(sl.g, e);
-      float x = elem<T>::load(sl.rowp + (int64_t)ej * ES), d;
-      if (GENERAL && p.use_softcap) x = cap(p, x, &d);
-      fold_max<GENERAL, ARGMAX, SMOOTH>(p, q, x, ej);
-      xent_merge_element(&m, &s, x);
-    }
-  }
+  if (lead) fold_extras<T, GENERAL, ARGMAX, SMOOTH>(p, sl.rowp, sl.g, tid, nc, m, s, q);
   for (int c = 0; c < sl.chunks; c++) {
     const uint4 *sp = staged_wait(p, sm, ring, r) + tid;
     const int v0 = sl.jb + c * CV, nv = min(CV, sl.je - v0);
@@ -434,13 +425,7 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
         staged_grad<T, U, GENERAL, false>(p, sm, gc, sp, vp + v0 + tid,
                                           sl.g.head + (v0 + tid) * VN, nc, nv - tid, r);
     }
-    if (lead) {
-      for (int x = tid; x < sl.g.extras; x += nc) {
-        const int ej = extra_index(sl.g, x);
-        char *ep = sl.rowp + (int64_t)ej * ES;
-        elem<T>::store(ep, grad_one<GENERAL>(p, gc, elem<T>::load(ep), ej));
-      }
-    }
+    if (lead) grad_extras<T, GENERAL>(p, gc, sl.rowp, sl.g, tid, nc);
   }
 #else
   (void)p; /* never launched: the host picks this path on sm_90+ only */
