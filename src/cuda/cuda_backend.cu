@@ -349,7 +349,6 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     if (st) return st;
     cfg.dynamicSmemBytes = (size_t)smem;
     p.ring_slots = l.slots;
-    p.ring_lsu = l.lsu;
   } else if (l.path == XENT_PATH_KEEP) {
     const int es = (int)xent_dtype_size(dt);
     p.keep_vecs = xent_keep_vecs(&l, es, p.vocab);
@@ -389,10 +388,9 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
              name, l.cluster, l.threads, l.slots, (long long)blocks, general ? " general" : "");
   else if (l.path == XENT_PATH_STAGED)
     snprintf(g_last_launch, sizeof g_last_launch,
-             "%s cluster=%d threads=%d+32 slots=%d chunk=%dKB grid=%lld%s%s%s%s", name,
+             "%s cluster=%d threads=%d+32 slots=%d chunk=%dKB grid=%lld%s%s%s", name,
              l.cluster, l.threads, l.slots, p.ring_chunk_vecs / 64, (long long)blocks,
-             p.row_ticket ? " ticket" : "", l.hint ? " l2-hint" : "",
-             l.lsu ? " thread-release" : "", general ? " general" : "");
+             p.row_ticket ? " ticket" : "", l.hint ? " l2-hint" : "", general ? " general" : "");
   else if (l.path == XENT_PATH_KEEP)
     snprintf(g_last_launch, sizeof g_last_launch,
              "%s cluster=%d threads=%d smem_vecs=%d grid=%lld%s%s", name, l.cluster, l.threads,
@@ -749,13 +747,11 @@ void xent_tune_override(int path, int cluster, int threads, int size) {
   }
   /* 8: XENT_PATH_WARP, as it is */
   if (path == XENT_PATH_STAGED || path == XENT_PATH_STAGED + 1) {
-    /* size = release * 100000 + hint * 10000 + vecs * 100 + slots; 10: no
-     * row counter */
+    /* size = hint * 10000 + vecs * 100 + slots; 10: no row counter */
     o.path = XENT_PATH_STAGED;
     o.slots = size % 100;
     o.vecs = size / 100 % 100;
     o.hint = size / 10000 % 10 != 0;
-    o.lsu = size / 100000 % 10 != 0;
     o.ticket = path == XENT_PATH_STAGED;
   }
   if (path == XENT_PATH_RING || path == XENT_PATH_RING + 1 || path == XENT_PATH_STREAM)

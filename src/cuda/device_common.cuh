@@ -65,9 +65,7 @@ struct fwd_params {
   int ring_slots;          /* fwd_ring, fwd_staged: shared-memory slots of ring_chunk_vecs;
                               fwd_stream: 16-byte slots per thread             */
   int ring_chunk_vecs;     /* fwd_ring, fwd_staged: 16-byte vectors per bulk copy */
-  int ring_lsu;            /* fwd_ring: per-thread copies instead of bulk ones;
-                              fwd_staged: every consumer thread releases a chunk
-                              (0: one lane per warp, after __syncwarp)        */
+  int ring_lsu;            /* fwd_ring: per-thread copies instead of bulk ones */
   int keep_vecs;           /* fwd_tworead<KEEP>: 16-byte vectors per thread held
                               in shared memory between the passes             */
   int l2_hint;             /* fwd_tworead with a gradient: pass 1 loads evict-last,

@@ -183,20 +183,14 @@ __device__ __forceinline__ const uint4 *staged_wait(const fwd_params &p, staged_
 }
 
 /* Hand the stage at r back to the producer, and move r to the next one.
- * By default one lane arrives for its warp after __syncwarp. compute-
- * sanitizer's racecheck does not accept that hand-off before the bulk copy
- * that refills the slot, with or without the producer's proxy fence, and
- * reports it as a hazard (bench/NOTES.md v11). With p.ring_lsu every thread
- * arrives itself, so that each thread's release orders its own reads of
- * the slot; the barrier then counts every consumer thread. */
+ * Every consumer thread arrives itself (the barrier counts them all), so
+ * that each thread's release orders its own reads of the slot before the
+ * bulk copy that refills it. One lane arriving for its warp after
+ * __syncwarp was no faster, and compute-sanitizer's racecheck reported
+ * that hand-off as a hazard (bench/NOTES.md v11, v12). */
 __device__ __forceinline__ void staged_release(const fwd_params &p, staged_smem &sm,
                                                ring_pos &r) {
-  if (p.ring_lsu) {
-    mbar_arrive(&sm.empty[r.slot]);
-  } else {
-    __syncwarp();
-    if ((threadIdx.x & 31) == 0) mbar_arrive(&sm.empty[r.slot]);
-  }
+  mbar_arrive(&sm.empty[r.slot]);
   ring_next(r, (uint32_t)p.ring_slots);
 }
 
@@ -365,7 +359,7 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
   if (tid == 0) {
     for (int i = 0; i < p.ring_slots; i++) {
       mbar_init(&sm.full[i], 1);
-      mbar_init(&sm.empty[i], p.ring_lsu ? (unsigned)nc : (unsigned)nc / 32u);
+      mbar_init(&sm.empty[i], (unsigned)nc);
     }
     for (int i = 0; i < kStagedQueue; i++) {
       mbar_init(&sm.qfull[i], 1);

@@ -71,9 +71,7 @@ typedef struct xent_launch {
   int slots;       /* ring, staged: shared-memory chunks per block; stream:
                       16-byte slots per thread                            */
   int chunk_vecs;  /* ring: 16-byte vectors per chunk                     */
-  int lsu;         /* ring: per-thread 16-byte copies, not bulk copies;
-                      staged: every consumer thread releases each chunk on
-                      its own, not one lane per warp                      */
+  int lsu;         /* ring: per-thread 16-byte copies, not bulk copies   */
   int keep;        /* keep: at most this many 16-byte vectors per thread
                       held in shared memory between the passes            */
   int hint;        /* two-read with a gradient: L2 eviction policies, pass 1
