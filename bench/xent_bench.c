@@ -858,9 +858,9 @@ static const int64_t tune_vocab_values[] = {32000, 50304, 128256, 152064, 262144
  * thread's first `size` vectors in shared memory; over a cluster, each
  * block's slice of the row; 7: the same with a row per block or cluster
  * instead of a persistent grid), 8 a row per warp (forward without gradient
- * only; with one it reports unsupported), 9 staged (size = per-thread
- * release * 100000 + hint * 10000 + vectors per thread and chunk * 100 +
- * chunks; 10: every grid-th row, no row counter). The one-read (2), ring
+ * only; with one it reports unsupported), 9 staged (size = chunks pass 2
+ * reuses from shared memory * 100000 + hint * 10000 + vectors per thread
+ * and chunk * 100 + chunks; 10: every grid-th row, no row counter). The one-read (2), ring
  * (3, 4) and stream (5) kernels lost to two-read at every size measured
  * (bench/NOTES.md v1, v4, v5) and are left out of the sweep;
  * xent_tune_override still runs them. */
@@ -873,7 +873,8 @@ static const int tune_candidates[][4] = {
     {7, 4, 512, 13}, {7, 1, 256, 13}, {1, 1, 128, 0},  {7, 1, 128, 13},
     {8, 1, 64, 0},   {8, 1, 128, 0},   {8, 1, 256, 0},  {9, 1, 416, 10804},
     {9, 1, 448, 10804}, {9, 1, 480, 10406}, {10, 1, 416, 10804}, {10, 2, 416, 10804},
-    {10, 4, 416, 10804}, {9, 1, 64, 10806}, {9, 1, 128, 10806}};
+    {10, 4, 416, 10804}, {9, 1, 64, 10806}, {9, 1, 128, 10806}, {9, 1, 416, 310804},
+    {9, 1, 416, 410804}, {10, 2, 416, 310804}, {10, 4, 416, 310804}, {9, 1, 416, 200804}};
 
 typedef struct tune_ref {
   float loss;
@@ -1029,9 +1030,9 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
           snprintf(name, sizeof name, "keep cluster=%d threads=%d smem<=%d%s", cl, th, sz,
                    pa == 7 ? " per-row" : "");
         else if (pa == 9 || pa == 10)
-          snprintf(name, sizeof name, "staged cluster=%d threads=%d+32 vecs=%d slots=%d%s%s%s",
-                   cl, th, sz / 100 % 100, sz % 100, sz / 10000 % 10 ? " l2-hint" : "",
-                   sz / 100000 ? " thread-release" : "", pa == 10 ? " static" : "");
+          snprintf(name, sizeof name, "staged cluster=%d threads=%d+32 vecs=%d slots=%d reuse=%d%s%s",
+                   cl, th, sz / 100 % 100, sz % 100, sz / 100000 % 10,
+                   sz / 10000 % 10 ? " l2-hint" : "", pa == 10 ? " static" : "");
         else /* 8, the only other path among the candidates */
           snprintf(name, sizeof name, "warp threads=%d", th);
         xent_tune_override(pa, cl, th, sz);
@@ -1131,7 +1132,7 @@ static long long parse_int(const char *flag, const char *s, long long lo, long l
 
 /* --launch P,C,T,S: four integers for xent_tune_override. */
 static void parse_launch(config *c, const char *s) {
-  static const long long lo[4] = {1, 0, 32, 0}, hi[4] = {10, 8, 1024, 199999};
+  static const long long lo[4] = {1, 0, 32, 0}, hi[4] = {10, 8, 1024, 999999};
   static const char *what[4] = {"path", "cluster", "threads", "size"};
   char buf[128];
   if (strlen(s) >= sizeof buf) die_usage("--launch wants P,C,T,S, got '%s'", s);

@@ -119,7 +119,7 @@ void leave_device(const device_scope *s) {
 /* Tuning override (xent-bench --tune)                                       */
 /* ------------------------------------------------------------------------ */
 
-xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 int g_override_on = 0;
 thread_local char g_last_launch[160] = "none";
 thread_local char g_last_scale[96] = "none";
@@ -229,7 +229,10 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
   if (l->path == XENT_PATH_STAGED) {
     /* The table assumes an H200's 227 KB a block: with less, fewer chunks,
      * and failing that the kernels of GPUs without the staged path. */
-    while (l->slots > 2 && !xent_staged_fits(l, dp->sm_major, dp->smem_optin)) l->slots--;
+    while (l->slots > 2 && !xent_staged_fits(l, dp->sm_major, dp->smem_optin)) {
+      l->slots--;
+      if (l->reuse > l->slots) l->reuse = l->slots;
+    }
     if (!xent_staged_fits(l, dp->sm_major, dp->smem_optin))
       *l = xent_launch_pick(8, es, c->in.vocab, c->write_grad, c->in.rows, dp->sms);
   }
@@ -349,6 +352,7 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     if (st) return st;
     cfg.dynamicSmemBytes = (size_t)smem;
     p.ring_slots = l.slots;
+    p.ring_reuse = l.reuse;
   } else if (l.path == XENT_PATH_KEEP) {
     const int es = (int)xent_dtype_size(dt);
     p.keep_vecs = xent_keep_vecs(&l, es, p.vocab);
@@ -388,8 +392,8 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
              name, l.cluster, l.threads, l.slots, (long long)blocks, general ? " general" : "");
   else if (l.path == XENT_PATH_STAGED)
     snprintf(g_last_launch, sizeof g_last_launch,
-             "%s cluster=%d threads=%d+32 slots=%d chunk=%dKB grid=%lld%s%s%s", name,
-             l.cluster, l.threads, l.slots, p.ring_chunk_vecs / 64, (long long)blocks,
+             "%s cluster=%d threads=%d+32 slots=%d reuse=%d chunk=%dKB grid=%lld%s%s%s", name,
+             l.cluster, l.threads, l.slots, l.reuse, p.ring_chunk_vecs / 64, (long long)blocks,
              p.row_ticket ? " ticket" : "", l.hint ? " l2-hint" : "", general ? " general" : "");
   else if (l.path == XENT_PATH_KEEP)
     snprintf(g_last_launch, sizeof g_last_launch,
@@ -734,7 +738,7 @@ xent_status xent_cuda_backward(const xent_scale_call *c) {
 }
 
 void xent_tune_override(int path, int cluster, int threads, int size) {
-  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   if (path == XENT_PATH_TWOREAD) {
     o.hint = size & 1;
     o.stats = (size >> 1) & 1;
@@ -747,11 +751,13 @@ void xent_tune_override(int path, int cluster, int threads, int size) {
   }
   /* 8: XENT_PATH_WARP, as it is */
   if (path == XENT_PATH_STAGED || path == XENT_PATH_STAGED + 1) {
-    /* size = hint * 10000 + vecs * 100 + slots; 10: no row counter */
+    /* size = reuse * 100000 + hint * 10000 + vecs * 100 + slots; 10: no row
+     * counter */
     o.path = XENT_PATH_STAGED;
     o.slots = size % 100;
     o.vecs = size / 100 % 100;
     o.hint = size / 10000 % 10 != 0;
+    o.reuse = size / 100000 % 10;
     o.ticket = path == XENT_PATH_STAGED;
   }
   if (path == XENT_PATH_RING || path == XENT_PATH_RING + 1 || path == XENT_PATH_STREAM)

@@ -66,6 +66,8 @@ struct fwd_params {
                               fwd_stream: 16-byte slots per thread             */
   int ring_chunk_vecs;     /* fwd_ring, fwd_staged: 16-byte vectors per bulk copy */
   int ring_lsu;            /* fwd_ring: per-thread copies instead of bulk ones */
+  int ring_reuse;          /* fwd_staged with a gradient: a slice's last chunks
+                              that pass 2 reads from shared memory (<= slots) */
   int keep_vecs;           /* fwd_tworead<KEEP>: 16-byte vectors per thread held
                               in shared memory between the passes             */
   int l2_hint;             /* fwd_tworead with a gradient: pass 1 loads evict-last,

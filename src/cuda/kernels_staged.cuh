@@ -23,9 +23,15 @@
  *     (cluster_exchange); then write the gradient of each pass-2 stage to
  *     global memory, in place.
  *
+ * Reuse (p.ring_reuse = R): the consumers keep the slice's last R stages
+ * of pass 1 (R <= slots) instead of releasing them, and pass 2 takes those
+ * first, from shared memory, oldest first; the producer copies only the
+ * other chunks again, last first, into the stages after them. A slice of
+ * at most R chunks is read once from global memory.
+ *
  * HBM traffic is one read and one write of each logit when pass 2 finds
  * its row in L2: the rows in flight are one per SM (a slice of a row over
- * a cluster), about what L2 holds.
+ * a cluster), about what L2 holds, less the chunks pass 2 reuses.
  *
  * Rows may have any alignment: the copies take a row's whole 16-byte
  * vectors, and the elements before and after them (at most 2 * (16 /
@@ -120,6 +126,23 @@ __device__ __forceinline__ void ring_next(ring_pos &r, uint32_t slots) {
   }
 }
 
+/* The position n stages before r (n <= slots). */
+__device__ __forceinline__ ring_pos ring_back(ring_pos r, uint32_t n, uint32_t slots) {
+  if (n == 0) return r;
+  if (r.slot >= n) {
+    r.slot -= n;
+  } else {
+    r.slot = r.slot + slots - n;
+    r.phase ^= 1u;
+  }
+  return r;
+}
+
+/* Stages of a slice of `chunks` that pass 2 reads from shared memory. */
+__device__ __forceinline__ int staged_reused(const fwd_params &p, int chunks) {
+  return p.write_grad ? min(p.ring_reuse, chunks) : 0;
+}
+
 /* The producer's copy of chunk c of a slice into the slot at r (one lane).
  * `used`: the slot has been filled before, so wait for its release. */
 __device__ __forceinline__ void staged_issue(const fwd_params &p, staged_smem &sm, uint4 *ring,
@@ -143,12 +166,14 @@ template <typename T>
 __device__ void staged_produce(const fwd_params &p, staged_smem &sm, uint4 *ring, int K,
                                unsigned rank) {
   constexpr int ES = (int)sizeof(T);
-  /* Pass 1 evict-last (p.l2_hint) or normal, pass 2 evict-first. */
-  uint64_t pol1;
+  /* Pass 1 evict-last (p.l2_hint) or normal, pass 2 evict-first; the
+   * chunks pass 2 reuses from shared memory normal. */
+  uint64_t pol1, poln;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(poln));
   if (p.l2_hint && p.write_grad) /* every line read evict-last is written evict-first */
     asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol1));
   else
-    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol1));
+    pol1 = poln;
   const uint64_t pol2 = evict_first_policy();
   const int64_t step = (int64_t)(gridDim.x / (unsigned)K);
   int64_t row = p.row_ticket ? (int64_t)atomicAdd(p.row_ticket, 1ull)
@@ -169,9 +194,11 @@ __device__ void staged_produce(const fwd_params &p, staged_smem &sm, uint4 *ring
     if (e.y == p.ignore_index || target_bad(p, e.y)) continue; /* nothing to read */
     const staged_slice sl = staged_locate<T>(p, e.row, K, rank);
     const uint4 *vp = (const uint4 *)(sl.rowp + (int64_t)sl.g.head * ES);
-    for (int c = 0; c < sl.chunks; c++) staged_issue(p, sm, ring, vp, sl, c, r, used, pol1);
+    const int kept = sl.chunks - staged_reused(p, sl.chunks); /* chunks pass 2 copies again */
+    for (int c = 0; c < sl.chunks; c++)
+      staged_issue(p, sm, ring, vp, sl, c, r, used, c < kept ? pol1 : poln);
     if (p.write_grad)
-      for (int c = sl.chunks - 1; c >= 0; c--) staged_issue(p, sm, ring, vp, sl, c, r, used, pol2);
+      for (int c = kept - 1; c >= 0; c--) staged_issue(p, sm, ring, vp, sl, c, r, used, pol2);
   }
 }
 
@@ -274,11 +301,12 @@ __device__ __forceinline__ void fold_stage(const uint4 (&v)[U], float &m, float 
 /* Pass 1 over a slice's stages from r on: an online (max, sum) and the
  * max-pass statistics, the lead block's extra elements included. Thread t
  * takes vectors t, t + nc, ..., t + (U - 1) nc of each stage (a stage holds
- * U * nc vectors, the last one of a slice fewer). */
+ * U * nc vectors, the last one of a slice fewer). Stages from chunk `kept`
+ * on stay unreleased, for pass 2. */
 template <typename T, int U, bool GENERAL, bool ARGMAX, bool SMOOTH>
 __device__ __forceinline__ part staged_pass1(const fwd_params &p, staged_smem &sm,
                                              const uint4 *ring, const staged_slice &sl,
-                                             bool lead, ring_pos &r, int nc) {
+                                             bool lead, ring_pos &r, int nc, int kept) {
   constexpr int VN = elem<T>::N;
   constexpr bool PLAIN = !GENERAL && !ARGMAX && !SMOOTH;
   const int tid = threadIdx.x, CV = p.ring_chunk_vecs;
@@ -299,7 +327,8 @@ __device__ __forceinline__ part staged_pass1(const fwd_params &p, staged_smem &s
         v[u] = tid + u * nc < nv ? sp[u * nc] : make_uint4(ni, ni, ni, ni);
       }
     }
-    staged_release(p, sm, r);
+    if (c < kept) staged_release(p, sm, r);
+    else ring_next(r, (uint32_t)p.ring_slots); /* kept for pass 2 */
     if (PLAIN) {
       fold_stage<T, U>(v, m, s);
     } else {
@@ -398,8 +427,10 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
     }
     const int y = (int)e.y;
     const float xy = writer ? load_xy<T, GENERAL>(p, sl.rowp, y) : 0.0f;
+    const int kept = sl.chunks - staged_reused(p, sl.chunks);
     part q;
-#define XENT_STAGED_PASS1(A, S) q = staged_pass1<T, U, GENERAL, A, S>(p, sm, ring, sl, lead, r, nc)
+#define XENT_STAGED_PASS1(A, S) \
+  q = staged_pass1<T, U, GENERAL, A, S>(p, sm, ring, sl, lead, r, nc, kept)
     if (STATS) XENT_WITH_FLAGS(p, XENT_STAGED_PASS1);
     else XENT_STAGED_PASS1(false, false);
 #undef XENT_STAGED_PASS1
@@ -409,7 +440,20 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
     if (!p.write_grad) continue;
 
     uint4 *vp = (uint4 *)(sl.rowp + (int64_t)sl.g.head * ES);
-    for (int c = sl.chunks - 1; c >= 0; c--) {
+    /* The kept stages first, oldest first (the producer's next copy waits
+     * for the oldest), from shared memory; then the others, last first. */
+    ring_pos b = ring_back(r, (uint32_t)(sl.chunks - kept), (uint32_t)p.ring_slots);
+    for (int c = kept; c < sl.chunks; c++) {
+      const uint4 *sp = ring + (size_t)b.slot * CV + tid;
+      const int v0 = sl.jb + c * CV, nv = min(CV, sl.je - v0);
+      if (nv == CV)
+        staged_grad<T, U, GENERAL, true>(p, sm, gc, sp, vp + v0 + tid, sl.g.head + (v0 + tid) * VN,
+                                         nc, nv - tid, b);
+      else
+        staged_grad<T, U, GENERAL, false>(p, sm, gc, sp, vp + v0 + tid,
+                                          sl.g.head + (v0 + tid) * VN, nc, nv - tid, b);
+    }
+    for (int c = kept - 1; c >= 0; c--) {
       const uint4 *sp = staged_wait(p, sm, ring, r) + tid;
       const int v0 = sl.jb + c * CV, nv = min(CV, sl.je - v0);
       if (nv == CV)

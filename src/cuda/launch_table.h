@@ -22,7 +22,8 @@
  *             `cluster` blocks of `threads` threads, each thread holding `vecs`
  *             16-byte vectors. Capacity per row: cluster * threads * vecs * 16
  *             bytes. Needs sm_90+ for cluster > 1; a cluster of 1 runs anywhere.
- *   keep      (fwd_tworead with KEEP): the two-read kernel, except that each
+ *   keep      (fwd_tworead with KEEP; only through xent_tune_override since
+ *             v12, see the table): the two-read kernel, except that each
  *             thread holds its first `keep` vectors of the row (at most) in
  *             shared memory from pass 1 to pass 2, which re-reads only the
  *             rest. A persistent grid, or with `per_row` a row per block
@@ -35,14 +36,17 @@
  *             Also the forward-without-
  *             gradient kernel on every GPU (pass 1 alone), where one read is
  *             the floor.
- *   staged    (fwd_staged, sm_90+): a persistent grid (one block per SM, or
- *             clusters of `cluster` blocks splitting each row). A producer
- *             warp streams the rows through a ring of `slots` shared-memory
- *             chunks, `vecs` 16-byte vectors per consumer thread each, with
- *             bulk copies: pass 1, and with a gradient pass 2 from L2, never
- *             waiting for the arithmetic. `threads` consumer threads fold,
- *             reduce and write the gradient. With `ticket` (cluster 1) the
- *             rows come from a counter in the workspace. Any alignment.
+ *   staged    (fwd_staged, sm_90+): a persistent grid (as many blocks per SM
+ *             as fit, or clusters of `cluster` blocks splitting each row). A
+ *             producer warp streams the rows through a ring of `slots`
+ *             shared-memory chunks, `vecs` 16-byte vectors per consumer
+ *             thread each, with bulk copies: pass 1, and with a gradient
+ *             pass 2, never waiting for the arithmetic. Pass 2 reads the
+ *             last `reuse` chunks where pass 1 left them in the ring and
+ *             copies the others again, from L2. `threads` consumer threads
+ *             fold, reduce and write the gradient. With `ticket` (cluster
+ *             1) the rows come from a counter in the workspace. Any
+ *             alignment.
  *   warp      (fwd_warprow): forward without gradient only. A row per warp,
  *             `threads` / 32 rows a block (at most 256 threads), reduced by
  *             shuffles with no block barrier. Any GPU, any V, any alignment.
@@ -85,6 +89,10 @@ typedef struct xent_launch {
                       hardware's block scheduler; 0: a persistent grid   */
   int ticket;      /* staged, cluster 1: rows handed out by a counter in the
                       workspace; 0: each block takes every grid-th row   */
+  int reuse;       /* staged with a gradient: the last `reuse` chunks of a
+                      slice (at most `slots`) stay in shared memory after
+                      pass 1, and pass 2 reads them there instead of from
+                      L2; a slice of at most `reuse` chunks is read once */
 } xent_launch;
 
 enum {
@@ -111,6 +119,7 @@ static inline int xent_staged_fits(const xent_launch *l, int sm_major, int smem_
          l->threads + 32 <= XENT_STAGED_MAX_THREADS &&
          l->cluster >= 1 && l->cluster <= XENT_MAX_CLUSTER && (l->vecs == 4 || l->vecs == 8) &&
          l->slots >= 2 && l->slots <= XENT_STAGED_MAX_SLOTS &&
+         l->reuse >= 0 && l->reuse <= l->slots &&
          (long long)l->slots * l->vecs * l->threads * 16 + XENT_STAGED_STATIC_SMEM <= smem_optin;
 }
 
@@ -174,7 +183,7 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
                                     int aligned) {
   for (int pass = 0; pass < 2; pass++) {
     for (int K = 1; K <= XENT_MAX_CLUSTER; K++) {
-      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0, 0, 0, 0, 0, 0};
+      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0, 0, 0, 0, 0, 0, 0};
       long long chunks = xent_ring_chunks(vocab, es, K, XENT_RING_CHUNK_VECS);
       if (pass == 0 && chunks * 8 > (long long)slots * 5) continue;
       if (xent_ring_fits(&r, sm_major, es, vocab, aligned)) return K;
@@ -187,7 +196,7 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
  * the call's rows; sms: the GPU's multiprocessors. */
 static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab,
                                            int write_grad, long long rows, int sms) {
-  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   long long row_bytes = vocab * es;
 
   if (!write_grad) {
@@ -217,56 +226,58 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
    *   V = 32000 (128 KB) is 10 % slower with 256 threads than with 512.
    * - longer rows: two reads, a row per block, pass 2 re-reading from L2;
    *   1024 threads for rows over 256 KB, 512 up to 256 KB. On sm_90, rows
-   *   from 200 KB take the staged path instead (below).
+   *   from 60 KB take the staged path instead (below).
    * - the one-read kernel, the ring (v4) and the stream kernel (v5) are
    *   never picked: each was slower than the above at every size measured;
    *   xent_tune_override selects them. */
   l.threads = row_bytes <= 112 * 1024 ? 256 : row_bytes > 256 * 1024 ? 1024 : 512;
-  /* sm_90, rows of 200 KB and more: the staged path (a producer warp
-   * streaming the rows through 4 chunks of 52 KB with bulk copies, 416
-   * consumer threads, pass 1 evict-last), a row split over a cluster of K
-   * blocks, the fewest of 1, 2, 4, 8 that leave each block a slice of at
-   * most 320 KB (the L2 share v8 and v9 found); with K = 1 the rows come
-   * from a counter in the workspace. On an H200 (bench/NOTES.md v11),
-   * against v10's table in the same run: bf16 V = 128256 1.087x; with 448
-   * consumer threads, bf16 152064 1.08x, 201088 (K = 2) 1.02x, fp32 128256
-   * (K = 2) 1.10x; without the evict-last hint, bf16 262144 (K = 2) 1.03x
-   * and fp32 262144 (K = 4) 1.08x. Rows over 8 x 320 KB keep two reads
-   * (below). */
-  if (sm_major == 9 && row_bytes >= 200 * 1024) {
+  /* sm_90, rows of 60 KB up to 8 x 320 KB: the staged path (a producer
+   * warp streaming the rows through a ring of shared-memory chunks with
+   * bulk copies, pass 1 evict-last), pass 2 reusing the ring's chunks:
+   * - a row split over a cluster of K blocks, the fewest of 1, 2, 4, 8 that
+   *   leave each block a slice of at most 320 KB (the L2 share v8 and v9
+   *   found); with K = 1 the rows come from a counter in the workspace;
+   * - slices from 120 KB: one block per SM, 480 consumer threads, 7 chunks
+   *   of 4 vectors a thread (30 KB; 210 KB in all). Pass 2 reuses the last
+   *   7 chunks, or all but one of a slice of at most 7, so that the next
+   *   row's first chunk streams in during the row's reduction;
+   * - shorter rows: 128 consumer threads, chunks of 8 vectors a thread
+   *   (16 KB), as many as the row has, 2 to 6, all reused (one read): two
+   *   or three blocks per SM, whose reductions overlap the others' loads.
+   * On an H200 (bench/NOTES.md v12), fwd+grad against v11's table in the
+   * same run: bf16 V = 32000 1.20x, 50304 1.05x, 102400 1.05x, 128256
+   * 1.04x, 152064 1.05x, 201088 (K = 2) 1.06x, 262144 (K = 2) 1.03x; fp32
+   * 32000 1.13x, 50304 1.15x, 128256 (K = 2) 1.02x, 262144 (K = 4) 1.02x.
+   * Rows over 8 x 320 KB keep two reads (below). */
+  if (sm_major == 9 && row_bytes >= 60 * 1024) {
     int K = 1;
     while (K < XENT_MAX_CLUSTER && row_bytes > (long long)K * 320 * 1024) K *= 2;
     if (row_bytes <= (long long)K * 320 * 1024) {
+      const long long slice = (row_bytes / 16 + K - 1) / K; /* 16-byte vectors */
+      const int small = slice * 16 < 120 * 1024;
       l.path = XENT_PATH_STAGED;
       l.cluster = K;
-      l.threads = 416;
-      l.vecs = 8;
-      l.slots = 4;
+      l.threads = small ? 128 : 480;
+      l.vecs = small ? 8 : 4;
+      const long long chunks = (slice + (long long)l.vecs * l.threads - 1) / (l.vecs * l.threads);
+      if (small) {
+        l.slots = chunks < 2 ? 2 : chunks > 6 ? 6 : (int)chunks;
+        l.reuse = chunks < l.slots ? (int)chunks : l.slots;
+      } else {
+        l.slots = 7;
+        l.reuse = chunks > 7 ? 7 : (int)chunks - 1;
+      }
       l.hint = 1;
       l.ticket = K == 1;
       return l;
     }
   }
-  /* The keep path, 13 vectors a thread held in shared memory (53 KB a
-   * 256-thread block, 106 KB a 512-thread one), where the rows in flight
-   * outgrow their share of L2: more than 320 KB of rows per SM (at 64
-   * registers a thread, 1024 / threads blocks per SM), rows up to 256 KB:
-   * rows of 80 to 112 KB (256 threads) and of 160 to 200 KB (512; up to
-   * 256 KB before the staged path).
-   * On an H200 (bench/NOTES.md v8): 3.4 to 8.5 % faster at bf16 V = 50304
-   * and 128256 and at fp32 V = 50304; even at bf16 32000 and slower at
-   * fp32 32000 (256 KB of rows per SM each). sm_90 only: other GPUs have
-   * less shared memory per SM or are unmeasured.
-   * A row per block (cluster), not a persistent grid: the hardware then
-   * hands each row to whichever SM frees a slot first, so that SMs that
-   * stream slower take fewer rows. On an H200 (bench/NOTES.md v10): bf16
-   * V = 128256 2.6 % faster, bf16 262144 3.2 %, fp32 262144 0.9 %, fp32
-   * 128256 even (0.4 % slower). */
-  if (sm_major == 9 && row_bytes <= 256 * 1024 && row_bytes * (1024 / l.threads) > 320 * 1024) {
-    l.path = XENT_PATH_KEEP;
-    l.keep = 13;
-    l.per_row = 1;
-  }
+  /* The keep path (13 vectors a thread held in shared memory, a row per
+   * block) took rows of 80 to 256 KB on sm_90 from v8 to v11, 3.4 to 8.5 %
+   * faster than two reads there (bench/NOTES.md v8, v10). Since v12 the
+   * staged path takes every row from 60 KB on sm_90, and the other GPUs
+   * are unmeasured: the table no longer picks it; xent_tune_override
+   * still runs it. */
   /* Rows over 256 KB otherwise: pass 1 loads evict-last and pass 2
    * evict-first, so that more of pass 2 finds its row in L2; 1.0 to 1.8 %
    * faster on an H200 (bench/NOTES.md v7), neutral or slightly slower for

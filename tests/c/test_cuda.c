@@ -631,22 +631,24 @@ static int64_t staged_rows(int64_t V) { return persistent_rows(V, 1500, 700); }
  * over one block and clusters of 2 and 4; every dtype, packed, padded and
  * unaligned (the extra elements outside the copies), ignored rows among
  * them (announced, never copied); rows from the device counter and every
- * grid-th row; pass 1 with and without evict-last. */
+ * grid-th row; pass 1 with and without evict-last; pass 2 reusing none,
+ * some and all of a slice's chunks from shared memory (slices of fewer
+ * chunks than the reuse count, and reuse = slots). */
 static void test_cuda_staged(void **state) {
   (void)state;
   require_gpu();
   require_sm(9, "the staged kernel");
   xt_rng rng = xt_rng_for("test_cuda_staged");
-  /* V, dtype, cluster, consumer threads, size (hint * 10000 + vectors per thread and
-   * chunk * 100 + slots), stride, offset. */
+  /* V, dtype, cluster, consumer threads, size (reuse * 100000 + hint * 10000 + vectors
+   * per thread and chunk * 100 + slots), stride, offset. */
   const forced_shape shapes[] = {
-      {1, 0, 1, 64, 404, 0, 0},            {7, 2, 1, 128, 402, 9, 1},
-      {4095, 1, 1, 32, 802, 0, 1},         {32000, 1, 1, 480, 803, 0, 0},
-      {32000, 0, 1, 480, 403, 32000 + 5, 0}, {50257, 2, 1, 256, 10806, 50264, 1},
-      {128256, 1, 1, 448, 804, 0, 0},      {128256, 0, 2, 480, 10406, 0, 1},
-      {131072, 2, 1, 416, 404, 0, 0},      {262144, 1, 2, 256, 806, 262144 + 8, 0},
-      {262144, 0, 4, 384, 408, 0, 0},      {128256, 1, 1, 416, 10804, 0, 1},
-      {262144, 0, 2, 416, 10804, 0, 0}};
+      {1, 0, 1, 64, 404, 0, 0},              {7, 2, 1, 128, 100402, 9, 1},
+      {4095, 1, 1, 32, 200802, 0, 1},        {32000, 1, 1, 480, 200803, 0, 0},
+      {32000, 0, 1, 480, 403, 32000 + 5, 0}, {50257, 2, 1, 256, 610806, 50264, 1},
+      {128256, 1, 1, 448, 804, 0, 0},        {128256, 0, 2, 480, 410406, 0, 1},
+      {131072, 2, 1, 416, 300404, 0, 0},     {262144, 1, 2, 256, 600806, 262144 + 8, 0},
+      {262144, 0, 4, 384, 200408, 0, 0},     {128256, 1, 1, 416, 310804, 0, 1},
+      {262144, 0, 2, 416, 10804, 0, 0},      {65536, 0, 1, 416, 400404, 0, 0}};
   const int n = (int)(sizeof shapes / sizeof shapes[0]);
   long errors = run_forced_shapes(shapes, n, staged_rows, RUN_STAGED, "cuda staged", "staged",
                                   &rng);

@@ -25,7 +25,7 @@ typedef struct want {
   int es;         /* element bytes */
   long long V;    /* vocabulary    */
   int path, cluster, threads, keep, hint;
-  int vecs, slots, ticket; /* the staged path's */
+  int vecs, slots, ticket, reuse; /* the staged path's */
 } want;
 
 /* An H200's multiprocessors; forward calls of BT = 8192 rows unless said. */
@@ -34,10 +34,12 @@ enum { H200_SMS = 132, BT = 8192 };
 static void expect_pick_rows(int sm, int write_grad, long long rows, const want *w) {
   xent_launch l = xent_launch_pick(sm, w->es, w->V, write_grad, rows, H200_SMS);
   char got[200], exp[200];
-  snprintf(got, sizeof got, "path %d cluster %d threads %d keep %d hint %d vecs %d slots %d ticket %d",
-           l.path, l.cluster, l.threads, l.keep, l.hint, l.vecs, l.slots, l.ticket);
-  snprintf(exp, sizeof exp, "path %d cluster %d threads %d keep %d hint %d vecs %d slots %d ticket %d",
-           w->path, w->cluster, w->threads, w->keep, w->hint, w->vecs, w->slots, w->ticket);
+  const char *fmt = "path %d cluster %d threads %d keep %d hint %d vecs %d slots %d ticket %d "
+                    "reuse %d";
+  snprintf(got, sizeof got, fmt, l.path, l.cluster, l.threads, l.keep, l.hint, l.vecs, l.slots,
+           l.ticket, l.reuse);
+  snprintf(exp, sizeof exp, fmt, w->path, w->cluster, w->threads, w->keep, w->hint, w->vecs,
+           w->slots, w->ticket, w->reuse);
   if (strcmp(got, exp) != 0) {
     print_message("sm_%d0 es=%d V=%lld grad=%d rows=%lld: got %s, want %s\n", sm, w->es, w->V,
                   write_grad, rows, got, exp);
@@ -50,29 +52,33 @@ static void expect_pick(int sm, int write_grad, const want *w) {
 }
 
 /* Forward with gradient on sm_90: the shapes xent-bench --tune measures,
- * the edges of the staged path (200 KB rows) and the rows just past the
- * 8-block limit of its cluster split. */
+ * the edges of the staged path (60 KB rows, the 120 KB switch to one block
+ * per SM) and the rows just past the 8-block limit of its cluster split. */
 static void test_sm90_measured_choices(void **state) {
   (void)state;
-  const int T = XENT_PATH_TWOREAD, K = XENT_PATH_KEEP, S = XENT_PATH_STAGED;
+  const int T = XENT_PATH_TWOREAD, S = XENT_PATH_STAGED;
   const want wants[] = {
-      {2, 32000, T, 1, 256, 0, 0, 0, 0, 0},     /* 64 KB rows: two reads          */
-      {2, 50304, K, 1, 256, 13, 0, 0, 0, 0},    /* 98 KB: keep, 256 threads       */
-      {2, 102399, K, 1, 512, 13, 0, 0, 0, 0},   /* just under 200 KB: keep        */
-      {2, 102400, S, 1, 416, 0, 1, 8, 4, 1},    /* 200 KB: staged, row counter    */
-      {2, 128256, S, 1, 416, 0, 1, 8, 4, 1},    /* 251 KB                         */
-      {2, 152064, S, 1, 416, 0, 1, 8, 4, 1},    /* 297 KB                         */
-      {2, 163840, S, 1, 416, 0, 1, 8, 4, 1},    /* 320 KB: the last of one block  */
-      {2, 163841, S, 2, 416, 0, 1, 8, 4, 0},    /* cluster of 2, every grid-th row */
-      {2, 262144, S, 2, 416, 0, 1, 8, 4, 0},    /* 512 KB                         */
-      {2, 1048576, S, 8, 416, 0, 1, 8, 4, 0},   /* 2 MB: cluster of 8             */
-      {4, 32000, T, 1, 512, 0, 0, 0, 0, 0},     /* 125 KB: two reads, 512 threads */
-      {4, 50304, K, 1, 512, 13, 0, 0, 0, 0},    /* 196 KB: keep                   */
-      {4, 128256, S, 2, 416, 0, 1, 8, 4, 0},    /* 501 KB: cluster of 2           */
-      {4, 262144, S, 4, 416, 0, 1, 8, 4, 0},    /* 1 MB: cluster of 4             */
-      {4, 655360, S, 8, 416, 0, 1, 8, 4, 0},    /* 2.5 MB: cluster of 8, the last */
-      {4, 655361, T, 1, 1024, 0, 1, 0, 0, 0},   /* past 8 x 320 KB: two reads     */
-      {4, 1048576, T, 1, 1024, 0, 1, 0, 0, 0},
+      {2, 30719, T, 1, 256, 0, 0, 0, 0, 0, 0},     /* just under 60 KB: two reads   */
+      {2, 30720, S, 1, 128, 0, 1, 8, 4, 1, 4},     /* 60 KB: 4 chunks, all reused   */
+      {2, 32000, S, 1, 128, 0, 1, 8, 4, 1, 4},     /* 62.5 KB                       */
+      {2, 50304, S, 1, 128, 0, 1, 8, 6, 1, 6},     /* 98 KB: 7 chunks, 6 of them    */
+      {2, 61439, S, 1, 128, 0, 1, 8, 6, 1, 6},     /* just under 120 KB             */
+      {2, 61440, S, 1, 480, 0, 1, 4, 7, 1, 3},     /* 120 KB: 4 chunks, 3 reused    */
+      {2, 102400, S, 1, 480, 0, 1, 4, 7, 1, 6},    /* 200 KB: 7 chunks, 6 reused    */
+      {2, 128256, S, 1, 480, 0, 1, 4, 7, 1, 7},    /* 251 KB: 9 chunks, 7 reused    */
+      {2, 152064, S, 1, 480, 0, 1, 4, 7, 1, 7},    /* 297 KB                        */
+      {2, 163840, S, 1, 480, 0, 1, 4, 7, 1, 7},    /* 320 KB: the last of one block */
+      {2, 163841, S, 2, 480, 0, 1, 4, 7, 0, 5},    /* cluster of 2, every grid-th row */
+      {2, 262144, S, 2, 480, 0, 1, 4, 7, 0, 7},    /* 512 KB                        */
+      {2, 1048576, S, 8, 480, 0, 1, 4, 7, 0, 7},   /* 2 MB: cluster of 8            */
+      {4, 15359, T, 1, 256, 0, 0, 0, 0, 0, 0},     /* just under 60 KB: two reads   */
+      {4, 32000, S, 1, 480, 0, 1, 4, 7, 1, 4},     /* 125 KB: 5 chunks, 4 reused    */
+      {4, 50304, S, 1, 480, 0, 1, 4, 7, 1, 6},     /* 196 KB                        */
+      {4, 128256, S, 2, 480, 0, 1, 4, 7, 0, 7},    /* 501 KB: cluster of 2          */
+      {4, 262144, S, 4, 480, 0, 1, 4, 7, 0, 7},    /* 1 MB: cluster of 4            */
+      {4, 655360, S, 8, 480, 0, 1, 4, 7, 0, 7},    /* 2.5 MB: cluster of 8, the last */
+      {4, 655361, T, 1, 1024, 0, 1, 0, 0, 0, 0},   /* past 8 x 320 KB: two reads    */
+      {4, 1048576, T, 1, 1024, 0, 1, 0, 0, 0, 0},
   };
   for (size_t i = 0; i < sizeof wants / sizeof wants[0]; i++) expect_pick(9, 1, &wants[i]);
 }
@@ -84,23 +90,24 @@ static void test_sm90_measured_choices(void **state) {
 static void test_other_gpus_and_no_grad(void **state) {
   (void)state;
   const int T = XENT_PATH_TWOREAD, W = XENT_PATH_WARP;
-  const want sm80[] = {{2, 50304, T, 1, 256, 0, 0, 0, 0, 0},
-                       {2, 128256, T, 1, 512, 0, 0, 0, 0, 0},
-                       {2, 262144, T, 1, 1024, 0, 1, 0, 0, 0},
-                       {4, 128256, T, 1, 1024, 0, 1, 0, 0, 0}};
+  const want sm80[] = {{2, 50304, T, 1, 256, 0, 0, 0, 0, 0, 0},
+                       {2, 128256, T, 1, 512, 0, 0, 0, 0, 0, 0},
+                       {2, 262144, T, 1, 1024, 0, 1, 0, 0, 0, 0},
+                       {4, 128256, T, 1, 1024, 0, 1, 0, 0, 0, 0}};
   for (size_t i = 0; i < sizeof sm80 / sizeof sm80[0]; i++) {
     expect_pick(8, 1, &sm80[i]);
     expect_pick(10, 1, &sm80[i]);
   }
-  const want sm70 = {4, 262144, T, 1, 1024, 0, 0, 0, 0, 0};
+  const want sm70 = {4, 262144, T, 1, 1024, 0, 0, 0, 0, 0, 0};
   expect_pick(7, 1, &sm70);
   for (int sm = 7; sm <= 10; sm++) {
-    const want nograd[] = {{2, 262144, T, 1, 256, 0, 0, 0, 0, 0},  /* 512 KB rows   */
-                           {4, 32000, W, 1, 128, 0, 0, 0, 0, 0},   /* 125 KB        */
-                           {2, 128256, W, 1, 128, 0, 0, 0, 0, 0},  /* 251 KB        */
-                           {4, 128256, W, 1, 128, 0, 0, 0, 0, 0}}; /* 501 KB        */
+    const want nograd[] = {{2, 262144, T, 1, 256, 0, 0, 0, 0, 0, 0},  /* 512 KB rows */
+                           {4, 32000, W, 1, 128, 0, 0, 0, 0, 0, 0},   /* 125 KB      */
+                           {2, 128256, W, 1, 128, 0, 0, 0, 0, 0, 0},  /* 251 KB      */
+                           {4, 128256, W, 1, 128, 0, 0, 0, 0, 0, 0}}; /* 501 KB      */
     for (size_t i = 0; i < sizeof nograd / sizeof nograd[0]; i++) expect_pick(sm, 0, &nograd[i]);
-    const want few = {2, 128256, T, 1, 256, 0, 0, 0, 0, 0}, enough = {2, 128256, W, 1, 128, 0, 0, 0, 0, 0};
+    const want few = {2, 128256, T, 1, 256, 0, 0, 0, 0, 0, 0},
+               enough = {2, 128256, W, 1, 128, 0, 0, 0, 0, 0, 0};
     expect_pick_rows(sm, 0, 1024, &few);      /* 7.8 rows per SM  */
     expect_pick_rows(sm, 0, 12 * 132 - 1, &few);
     expect_pick_rows(sm, 0, 12 * 132, &enough);
@@ -141,11 +148,13 @@ static void test_invariants(void **state) {
               why = "clusters off sm_90";
             else if ((l.path == XENT_PATH_KEEP || staged) && (sm != 9 || !grad))
               why = "keep or staged path off sm_90 or without a gradient";
-            else if (staged && (row < 200 * 1024 || !xent_staged_fits(&l, sm, H200_SMEM_OPTIN) ||
+            else if (staged && (row < 60 * 1024 || !xent_staged_fits(&l, sm, H200_SMEM_OPTIN) ||
                                 (long long)l.slots * l.vecs * l.threads * 16 +
                                         XENT_STAGED_STATIC_SMEM + SMEM_RESERVED >
                                     H200_SMEM_PER_SM))
-              why = "staged path under 200 KB rows, or not one block per SM";
+              why = "staged path under 60 KB rows, or its block does not fit an SM";
+            else if (staged ? l.reuse < 1 || l.reuse > l.slots : l.reuse != 0)
+              why = "staged reuse not 1 to slots chunks (or set off the staged path)";
             else if (l.ticket != (staged && l.cluster == 1))
               why = "a row counter off the staged path or over a cluster";
             else if (l.per_row != (l.path == XENT_PATH_KEEP))
