@@ -371,12 +371,28 @@ __device__ __forceinline__ void staged_grad(const fwd_params &p, staged_smem &sm
   }
 }
 
+/* Pass 2 for chunk c of a slice: its stage at `sp` (already offset by the
+ * thread) and ring position r, the slice's vectors from `vp`; whole chunks
+ * without bounds checks. */
+template <typename T, int U, bool GENERAL>
+__device__ __forceinline__ void staged_grad_chunk(const fwd_params &p, staged_smem &sm,
+                                                  const grad_coef &gc, const uint4 *sp, uint4 *vp,
+                                                  const staged_slice &sl, int c, int nc,
+                                                  ring_pos &r) {
+  constexpr int VN = elem<T>::N;
+  const int tid = threadIdx.x, CV = p.ring_chunk_vecs;
+  const int v0 = sl.jb + c * CV, nv = min(CV, sl.je - v0);
+  uint4 *gp = vp + v0 + tid;
+  const int j0 = sl.g.head + (v0 + tid) * VN;
+  if (nv == CV) staged_grad<T, U, GENERAL, true>(p, sm, gc, sp, gp, j0, nc, nv - tid, r);
+  else staged_grad<T, U, GENERAL, false>(p, sm, gc, sp, gp, j0, nc, nv - tid, r);
+}
+
 #endif
 
 template <typename T, int U, bool GENERAL, bool STATS>
 __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const fwd_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int VN = elem<T>::N;
   constexpr int ES = (int)sizeof(T);
   extern __shared__ __align__(128) uint4 ring[];
   __shared__ staged_smem sm;
@@ -443,26 +459,12 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
     /* The kept stages first, oldest first (the producer's next copy waits
      * for the oldest), from shared memory; then the others, last first. */
     ring_pos b = ring_back(r, (uint32_t)(sl.chunks - kept), (uint32_t)p.ring_slots);
-    for (int c = kept; c < sl.chunks; c++) {
-      const uint4 *sp = ring + (size_t)b.slot * CV + tid;
-      const int v0 = sl.jb + c * CV, nv = min(CV, sl.je - v0);
-      if (nv == CV)
-        staged_grad<T, U, GENERAL, true>(p, sm, gc, sp, vp + v0 + tid, sl.g.head + (v0 + tid) * VN,
-                                         nc, nv - tid, b);
-      else
-        staged_grad<T, U, GENERAL, false>(p, sm, gc, sp, vp + v0 + tid,
-                                          sl.g.head + (v0 + tid) * VN, nc, nv - tid, b);
-    }
-    for (int c = kept - 1; c >= 0; c--) {
-      const uint4 *sp = staged_wait(p, sm, ring, r) + tid;
-      const int v0 = sl.jb + c * CV, nv = min(CV, sl.je - v0);
-      if (nv == CV)
-        staged_grad<T, U, GENERAL, true>(p, sm, gc, sp, vp + v0 + tid, sl.g.head + (v0 + tid) * VN,
-                                         nc, nv - tid, r);
-      else
-        staged_grad<T, U, GENERAL, false>(p, sm, gc, sp, vp + v0 + tid,
-                                          sl.g.head + (v0 + tid) * VN, nc, nv - tid, r);
-    }
+    for (int c = kept; c < sl.chunks; c++)
+      staged_grad_chunk<T, U, GENERAL>(p, sm, gc, ring + (size_t)b.slot * CV + tid, vp, sl, c, nc,
+                                       b);
+    for (int c = kept - 1; c >= 0; c--)
+      staged_grad_chunk<T, U, GENERAL>(p, sm, gc, staged_wait(p, sm, ring, r) + tid, vp, sl, c,
+                                       nc, r);
     if (lead) grad_extras<T, GENERAL>(p, gc, sl.rowp, sl.g, tid, nc);
   }
 #else
