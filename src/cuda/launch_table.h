@@ -244,8 +244,8 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
    * - shorter rows: 128 consumer threads, chunks of 8 vectors a thread
    *   (16 KB), as many as the row has, 2 to 6, all reused (one read): two
    *   or three blocks per SM, whose reductions overlap the others' loads.
-   * On an H200 (bench/NOTES.md v12), fwd+grad against v11's table in the
-   * same run: bf16 V = 32000 1.20x, 50304 1.05x, 102400 1.05x, 128256
+   * On an H200 (bench/NOTES.md v12), fwd+grad against v11's table, timed
+   * in consecutive runs on one machine: bf16 V = 32000 1.20x, 50304 1.05x, 102400 1.05x, 128256
    * 1.04x, 152064 1.05x, 201088 (K = 2) 1.06x, 262144 (K = 2) 1.03x; fp32
    * 32000 1.13x, 50304 1.15x, 128256 (K = 2) 1.02x, 262144 (K = 4) 1.02x.
    * Rows over 8 x 320 KB keep two reads (below). */
