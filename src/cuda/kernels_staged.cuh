@@ -30,8 +30,9 @@
  * at most R chunks is read once from global memory.
  *
  * HBM traffic is one read and one write of each logit when pass 2 finds
- * its row in L2: the rows in flight are one per SM (a slice of a row over
- * a cluster), about what L2 holds, less the chunks pass 2 reuses.
+ * the chunks it copies again in L2: the rows in flight are one per block
+ * (a slice of a row over a cluster), and of each only the chunks pass 2
+ * does not reuse need to stay in L2 until it comes back for them.
  *
  * Rows may have any alignment: the copies take a row's whole 16-byte
  * vectors, and the elements before and after them (at most 2 * (16 /
@@ -59,7 +60,7 @@ struct staged_row {
 
 struct staged_smem {
   uint64_t full[XENT_STAGED_MAX_SLOTS];  /* stage landed (producer's bytes)           */
-  uint64_t empty[XENT_STAGED_MAX_SLOTS]; /* stage released (per warp, or per thread)  */
+  uint64_t empty[XENT_STAGED_MAX_SLOTS]; /* stage released (every consumer thread)    */
   uint64_t qfull[kStagedQueue];     /* queue entry written                      */
   uint64_t qempty[kStagedQueue];    /* queue entry read (one arrival per warp)  */
   staged_row queue[kStagedQueue];
