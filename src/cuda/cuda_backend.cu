@@ -264,10 +264,16 @@ struct resident_entry {
 resident_entry g_resident[32];
 int g_resident_n = 0;
 
+/* Threads per block of a launch: the staged path's producer warp on top of
+ * its consumer threads. */
+int block_threads(const xent_launch &l) {
+  return l.threads + (l.path == XENT_PATH_STAGED ? 32 : 0);
+}
+
 xent_status resident_units(fwd_kernel k, const xent_launch &l, const dev_props *dp, int smem,
                            int smem_max, int *units) {
   const bool clusters = l.path == XENT_PATH_RING || l.cluster > 1;
-  const int threads = l.threads + (l.path == XENT_PATH_STAGED ? 32 : 0); /* the block's */
+  const int threads = block_threads(l);
   int dev = 0;
   CK(cudaGetDevice(&dev));
   for (int i = 0; i < g_resident_n; i++) {
@@ -373,7 +379,7 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
                      (long long)p.rows);
   p.l2_hint = l.hint;
   cfg.gridDim = dim3((unsigned)blocks, 1, 1);
-  cfg.blockDim = dim3((unsigned)(l.threads + (l.path == XENT_PATH_STAGED ? 32 : 0)), 1, 1);
+  cfg.blockDim = dim3((unsigned)block_threads(l), 1, 1);
   cfg.stream = stream;
   set_cluster(&cfg, attr, l.cluster, false);
   CK(cudaLaunchKernelEx(&cfg, k, p));
