@@ -245,9 +245,10 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
    *   (16 KB), as many as the row has, 2 to 6, all reused (one read): two
    *   or three blocks per SM, whose reductions overlap the others' loads.
    * On an H200 (bench/NOTES.md v12), fwd+grad against v11's table, timed
-   * in consecutive runs on one machine: bf16 V = 32000 1.20x, 50304 1.05x, 102400 1.05x, 128256
-   * 1.04x, 152064 1.05x, 201088 (K = 2) 1.06x, 262144 (K = 2) 1.03x; fp32
-   * 32000 1.13x, 50304 1.15x, 128256 (K = 2) 1.02x, 262144 (K = 4) 1.02x.
+   * in consecutive runs on one machine: bf16 V = 32000 1.20x, 50304 1.05x,
+   * 102400 1.05x, 128256 1.04x, 152064 1.05x, 201088 (K = 2) 1.06x, 262144
+   * (K = 2) 1.03x; fp32 32000 1.13x, 50304 1.15x, 128256 (K = 2) 1.02x,
+   * 262144 (K = 4) 1.02x.
    * Rows over 8 x 320 KB keep two reads (below). */
   if (sm_major == 9 && row_bytes >= 60 * 1024) {
     int K = 1;

@@ -38,10 +38,11 @@ extern "C" {
  * path 9: the staged kernel (sm_90+): a persistent grid, a producer warp
  *         streaming the rows through a ring of shared-memory chunks with bulk
  *         copies and `threads` consumer threads (the block has 32 more);
- *         size = release * 100000 + hint * 10000 + vecs * 100 + slots, e.g.
+ *         size = reuse * 100000 + hint * 10000 + vecs * 100 + slots, e.g.
  *         803: 3 chunks of 8 16-byte vectors per consumer thread (vecs 4 or
- *         8); hint 1: pass 1 loads evict-last; release 1: every consumer
- *         thread releases each chunk itself. Clusters of `cluster`
+ *         8); hint 1: pass 1 loads evict-last; reuse R (at most slots):
+ *         pass 2 reads a slice's last R chunks from the ring, where pass 1
+ *         left them, instead of copying them again. Clusters of `cluster`
  *         blocks split each row; with cluster 1 the rows come from a counter
  *         in the workspace.
  * path 10: path 9 with every grid-th row per block, no counter.
