@@ -329,21 +329,31 @@ __device__ __forceinline__ part warp_reduce(part p) {
   return p;
 }
 
-/* Reduce over the block; the result is returned to every thread. `scratch`
- * holds kMaxWarps + 1 parts of shared memory. */
-__device__ __forceinline__ part block_reduce(part p, part *scratch) {
+/* Reduce over threads [0, threads) of the block, all of which call this;
+ * the result is returned to each of them. `scratch` holds kMaxWarps + 1
+ * parts of shared memory. NAMED: the threads meet at barrier 1 (a subset
+ * of the block, a multiple of 32), else at __syncthreads. */
+template <bool NAMED>
+__device__ __forceinline__ part threads_reduce(part p, part *scratch, int threads) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int nwarps = (blockDim.x + 31) >> 5;
+  const unsigned nwarps = ((unsigned)threads + 31u) >> 5;
   p = warp_reduce(p);
   if (lane == 0) scratch[warp] = p;
-  __syncthreads();
+  if (NAMED) asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
+  else __syncthreads();
   if (warp == 0) {
-    part q = lane < nwarps ? scratch[lane] : part_empty();
+    part q = (unsigned)lane < nwarps ? scratch[lane] : part_empty();
     q = warp_reduce(q);
     if (lane == 0) scratch[kMaxWarps] = q;
   }
-  __syncthreads();
+  if (NAMED) asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
+  else __syncthreads();
   return scratch[kMaxWarps];
+}
+
+/* Reduce over the block; the result is returned to every thread. */
+__device__ __forceinline__ part block_reduce(part p, part *scratch) {
+  return threads_reduce<false>(p, scratch, (int)blockDim.x);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -74,25 +74,6 @@ __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
-/* Barrier 1 over the consumer threads (the producer warp never joins). */
-__device__ __forceinline__ void consumers_sync(int threads) {
-  asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
-}
-
-/* block_reduce over the consumer threads [0, threads). */
-__device__ __forceinline__ part consumers_reduce(part p, part *scratch, int threads) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  p = warp_reduce(p);
-  if (lane == 0) scratch[warp] = p;
-  consumers_sync(threads);
-  if (warp == 0) {
-    part q = lane < (threads >> 5) ? scratch[lane] : part_empty();
-    q = warp_reduce(q);
-    if (lane == 0) scratch[kMaxWarps] = q;
-  }
-  consumers_sync(threads);
-  return scratch[kMaxWarps];
-}
 
 /* A block's slice of a row: vectors [jb, je) of the row's aligned body. */
 struct staged_slice {
@@ -451,7 +432,8 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
     if (STATS) XENT_WITH_FLAGS(p, XENT_STAGED_PASS1);
     else XENT_STAGED_PASS1(false, false);
 #undef XENT_STAGED_PASS1
-    part t = consumers_reduce(q, sm.scratch, nc);
+    /* over the consumer threads, at barrier 1: the producer warp never joins */
+    part t = threads_reduce<true>(q, sm.scratch, nc);
     if (K > 1) t = cluster_exchange(t, K, rank, &sm.inbox, exchanged++);
     const grad_coef gc = finish_row(p, rs, t, xy, e.row, y, writer);
     if (!p.write_grad) continue;
