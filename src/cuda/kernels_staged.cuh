@@ -70,11 +70,6 @@ struct staged_smem {
 static_assert(sizeof(staged_smem) <= XENT_STAGED_STATIC_SMEM,
               "the host reserves XENT_STAGED_STATIC_SMEM for fwd_staged's static shared memory");
 
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-
-
 /* A block's slice of a row: vectors [jb, je) of the row's aligned body. */
 struct staged_slice {
   char *rowp;
