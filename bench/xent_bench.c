@@ -860,8 +860,8 @@ static const int64_t tune_vocab_values[] = {32000, 50304, 128256, 152064, 262144
  * instead of a persistent grid), 8 a row per warp (forward without gradient
  * only; with one it reports unsupported), 9 staged (size = chunks pass 2
  * reuses from shared memory * 100000 + hint * 10000 + vectors per thread
- * and chunk * 100 + chunks; 10: every grid-th row, no row counter). The one-read (2), ring
- * (3, 4) and stream (5) kernels lost to two-read at every size measured
+ * and chunk * 100 + chunks; 10: every grid-th row, no row counter). The
+ * one-read (2), ring (3, 4) and stream (5) kernels lost to two-read at every size measured
  * (bench/NOTES.md v1, v4, v5) and are left out of the sweep;
  * xent_tune_override still runs them. */
 static const int tune_candidates[][4] = {

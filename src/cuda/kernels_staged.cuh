@@ -415,7 +415,8 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
     const staged_slice sl = staged_locate<T>(p, e.row, K, rank);
     if (bad || e.y == p.ignore_index) {
       if (writer) skipped_row_outputs(p, e.row, bad);
-      if (p.write_grad) zero_row<T>(sl.rowp, sl.g, sl.jb + tid, sl.je, nc, lead ? tid : 0x7fffffff, nc);
+      if (p.write_grad)
+        zero_row<T>(sl.rowp, sl.g, sl.jb + tid, sl.je, nc, lead ? tid : 0x7fffffff, nc);
       continue;
     }
     const int y = (int)e.y;

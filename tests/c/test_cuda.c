@@ -580,8 +580,8 @@ static int64_t cluster_rows(int64_t V) { return V >= 100000 ? 96 : 400; }
 static int64_t warp_rows(int64_t V) { return V >= 1000000 ? 37 : V >= 100000 ? 203 : 1001; }
 
 /* The keep path with a row per block or cluster (the launch table's choice
- * on sm_90): each block initialises its cluster inbox and exchanges one
- * row. Rows held whole, partly and not at all, over one block or clusters of
+ * on sm_90 from v10 to v11; xent_tune_override runs it since): each block
+ * initialises its cluster inbox and exchanges one row. Rows held whole, partly and not at all, over one block or clusters of
  * 2 and 4, every dtype, packed, padded and unaligned, ignored rows among
  * them. */
 static void test_cuda_keep_per_row(void **state) {
@@ -621,7 +621,7 @@ static void test_cuda_warp(void **state) {
 }
 
 /* Enough rows that every block of the staged path's persistent grid (one
- * per SM, or per cluster) takes several: its ring wraps within and across
+ * or more per SM, or per cluster) takes several: its ring wraps within and across
  * rows, and the producer announces rows ahead of the consumers. */
 static int64_t staged_rows(int64_t V) { return persistent_rows(V, 1500, 700); }
 
