@@ -7,16 +7,20 @@
  *   1. (mean, weights, accuracy or checked mode) memset of the workspace
  *      header + count_kernel: N, W, sum of weights, first bad target/weight,
  *      and the reduction scales, all left in device memory;
- *   2. checked mode only: copy the header back and wait for it; a bad target
- *      or weight returns an error here, before anything is written;
- *   3. the forward kernel (one-read or two-read, see launch_table.h), which
- *      reads the scales from the header;
+ *   2. checked mode only: an event after the count kernel, which has written
+ *      its verdict into pinned host memory (verdict_slot);
+ *   3. the forward kernel (the path launch_table.h picks), which reads the
+ *      scales from the header;
  *   4. (mean, sum) finalize_kernel: the reduced outputs.
- * In unchecked mode nothing waits for the device, so the sequence can be
- * captured in a CUDA graph.
+ * Checked mode then waits for the event of step 2 alone, with steps 3 and 4
+ * already queued: they read the same verdict and return at once on a bad
+ * target or weight, and the call returns its error. In unchecked mode
+ * nothing waits for the device, so the sequence can be captured in a CUDA
+ * graph.
  */
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -428,11 +432,71 @@ xent_status forward_rows0(const xent_call *c, cudaStream_t stream) {
   return XENT_OK;
 }
 
-/* Checked mode: wait for the count kernel's verdict. */
-xent_status check_verdict(const xent_call *c, const ws_header *dh, cudaStream_t stream) {
+/* Checked mode's host side: the count kernel's verdict (first bad target,
+ * first bad weight) in pinned host memory and an event after the count
+ * kernel, one pair per host thread (made again when its calls move to
+ * another device). The count kernel writes the verdict straight into the
+ * pinned memory, mapped into the device; where a GPU cannot map host memory,
+ * a copy behind the count kernel fetches it. Either way the rest of the call
+ * is queued before the host waits: its kernels read the same verdict on the
+ * device and return at once on a bad target (call_rejected), so the GPU
+ * never idles for the round trip and a rejected call writes nothing. */
+struct verdict_slot {
+  unsigned long long *host = nullptr; /* [0] bad_target, [1] bad_weight         */
+  unsigned long long *mapped = nullptr; /* the same memory seen from the device,
+                                         NULL where the GPU cannot map it        */
+  cudaEvent_t done = nullptr;
+  int dev = -1;
+  ~verdict_slot() { /* at thread exit; errors (a runtime already gone) are moot */
+    if (done) (void)cudaEventDestroy(done);
+    if (host) (void)cudaFreeHost(host);
+  }
+};
+thread_local verdict_slot g_verdict;
+static_assert(offsetof(ws_header, bad_weight) == offsetof(ws_header, bad_target) + 8,
+              "verdict_mark copies the two verdict fields as one");
+
+/* Checked mode, before the count kernel: the slot for this device; returns
+ * in *dev_view where the count kernel writes the verdict (NULL: copy it). */
+xent_status verdict_prepare(unsigned long long **dev_view) {
+  verdict_slot *v = &g_verdict;
+  int dev = 0;
+  CK(cudaGetDevice(&dev));
+  if (!v->host)
+    CK(cudaHostAlloc((void **)&v->host, 2 * sizeof *v->host,
+                     cudaHostAllocMapped | cudaHostAllocPortable));
+  if (v->dev != dev) {
+    if (v->done) (void)cudaEventDestroy(v->done);
+    v->done = nullptr;
+    v->mapped = nullptr;
+    CK(cudaEventCreateWithFlags(&v->done, cudaEventDisableTiming));
+    v->dev = dev;
+    int can_map = 0;
+    CK(cudaDeviceGetAttribute(&can_map, cudaDevAttrCanMapHostMemory, dev));
+    if (can_map) CK(cudaHostGetDevicePointer((void **)&v->mapped, v->host, 0));
+  }
+  *dev_view = v->mapped;
+  return XENT_OK;
+}
+
+/* Checked mode, after the count kernel: fetch the verdict if the kernel
+ * could not write it, and mark the point the host waits for. */
+xent_status verdict_mark(const ws_header *dh, cudaStream_t stream) {
+  verdict_slot *v = &g_verdict;
+  if (!v->mapped)
+    CK(cudaMemcpyAsync(v->host, &dh->bad_target, 2 * sizeof *v->host, cudaMemcpyDeviceToHost,
+                       stream));
+  CK(cudaEventRecord(v->done, stream));
+  return XENT_OK;
+}
+
+/* Checked mode, once the call's kernels are queued: wait for the verdict
+ * and turn a bad target or weight into the call's error. */
+xent_status check_verdict(const xent_call *c) {
+  CK(cudaEventSynchronize(g_verdict.done));
   ws_header h;
-  CK(cudaMemcpyAsync(&h, dh, sizeof h, cudaMemcpyDeviceToHost, stream));
-  CK(cudaStreamSynchronize(stream));
+  h.bad_target = ((volatile unsigned long long *)g_verdict.host)[0];
+  h.bad_weight = ((volatile unsigned long long *)g_verdict.host)[1];
   if (h.bad_target) {
     long long r = (long long)(c->in.rows - (int64_t)h.bad_target);
     long long y = 0;
@@ -526,6 +590,8 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
       q.mean = mean;
       q.hdr = hdr;
       q.partials = (float *)(ws + XENT_WS_HEADER_BYTES);
+      q.host_verdict = NULL;
+      if (checked && (st = verdict_prepare(&q.host_verdict))) break;
       int64_t span = in->rows > in->vocab || !weighted ? in->rows : in->vocab;
       int64_t blocks = (span + kCountThreads - 1) / kCountThreads;
       if (blocks > kCountMaxBlocks) blocks = kCountMaxBlocks;
@@ -535,7 +601,7 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
         st = cuda_fail(e, "count_kernel launch");
         break;
       }
-      if (checked && (st = check_verdict(c, hdr, stream))) break;
+      if (checked && (st = verdict_mark(hdr, stream))) break;
     }
 
     fwd_params p;
@@ -563,6 +629,7 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
     p.need_argmax = out->token_accuracy || out->predicted;
     p.per_row_out = per_row;
     p.hdr = need_count ? hdr : NULL;
+    p.verdict = checked ? hdr : NULL;
     p.row_ticket = ticket ? &hdr->next_row : NULL;
     p.row_loss = per_row ? out->loss : ws_loss;
     p.row_z = per_row ? out->z_loss : ((opt->lse_square_scale > 0.0f || out->z_loss) ? ws_z : NULL);
@@ -574,6 +641,7 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
     if (!per_row) {
       finalize_params f;
       f.hdr = p.hdr;
+      f.verdict = p.verdict;
       f.row_loss = ws_loss;
       f.row_z = p.row_z;
       f.row_acc = p.row_acc;
@@ -591,6 +659,9 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
       }
     }
   } while (0);
+  /* Every kernel of the call is queued; the verdict was copied back before
+   * them. */
+  if (checked && st == XENT_OK) st = check_verdict(c);
 
   if (owned) {
     cudaError_t e = cudaFreeAsync(ws, stream);

@@ -86,6 +86,9 @@ struct fwd_params {
   int need_argmax;
   int per_row_out;         /* reduction none: write loss/z/acc per row to out   */
   const ws_header *hdr;    /* scales and sum_w; NULL: scales 1                  */
+  const ws_header *verdict; /* checked mode: the count kernel's verdict; with a
+                              bad target or weight the kernel returns at once,
+                              writing nothing (call_rejected); NULL: unchecked */
   float *row_loss;         /* loss per row: out->loss (none) or workspace       */
   float *row_z;            /* z per row (may be NULL)                           */
   float *row_acc;          /* accuracy per row (may be NULL)                    */
@@ -103,10 +106,14 @@ struct prep_params {
   int mean;                /* reduction mean                                    */
   ws_header *hdr;
   float *partials;         /* 3 floats per block                                */
+  unsigned long long *host_verdict; /* checked mode: the last block writes
+                              bad_target and bad_weight here (pinned host
+                              memory mapped into the device); NULL: not   */
 };
 
 struct finalize_params {
   const ws_header *hdr;
+  const ws_header *verdict;    /* as fwd_params::verdict                      */
   const float *row_loss, *row_z, *row_acc;
   int64_t rows;
   int mean;
@@ -480,6 +487,15 @@ __device__ __forceinline__ float grad_one(const fwd_params &p, const grad_coef &
   float g = grad_elem<GENERAL>(p, gc, x, j, &dfac);
   if (j == gc.y) g -= GENERAL ? gc.c * dfac : gc.c;
   return g;
+}
+
+/* Checked mode: did the count kernel find a bad target or weight? Then every
+ * kernel of the call returns before it writes anything (or waits on any
+ * barrier: the verdict is the same for every block), so the host can queue
+ * the whole call before it reads the verdict, and still leave the logits and
+ * the outputs as they were. */
+__device__ __forceinline__ bool call_rejected(const ws_header *verdict) {
+  return verdict && (verdict->bad_target | verdict->bad_weight) != 0;
 }
 
 /* The reduction scales the count kernel left in the workspace header (1

@@ -802,12 +802,33 @@ static void test_cuda_special_values(void **state) {
 /* Target checking                                                           */
 /* ------------------------------------------------------------------------ */
 
+/* Launches a checked call with a bad target is tried on: every kernel path
+ * must return before it writes anything, since the host reads the verdict
+ * only after the whole call is queued. */
+static const struct {
+  int path, cluster, threads, size, sm, nograd_only;
+  const char *name;
+} CHECKED_LAUNCHES[] = {
+    {0, 0, 0, 0, 0, 0, "the table"},
+    {1, 1, 256, 0, 0, 0, "two-read"},
+    {1, 2, 256, 0, 9, 0, "two-read cluster 2"},
+    {2, 1, 256, 16, 0, 0, "one-read"},
+    {3, 0, 512, 8, 9, 0, "ring"},
+    {5, 1, 256, 4, 8, 0, "stream"},
+    {6, 1, 256, 4, 0, 0, "keep"},
+    {8, 1, 128, 0, 0, 1, "warp"},
+    {9, 1, 128, 100803, 9, 0, "staged"},
+    {10, 2, 128, 803, 9, 0, "staged cluster 2"},
+};
+
 /* Checked mode: a bad target makes the call fail naming the first bad row
- * and its value; logits and outputs stay bit-for-bit as they were. */
+ * and its value; logits and outputs stay bit-for-bit as they were, on every
+ * kernel path. */
 static void test_cuda_bad_target_checked(void **state) {
   (void)state;
   require_gpu();
   xt_rng rng = xt_rng_for("test_cuda_bad_target_checked");
+  const int nl = (int)(sizeof CHECKED_LAUNCHES / sizeof CHECKED_LAUNCHES[0]);
   long errors = 0;
   struct {
     xent_dtype dt;
@@ -840,18 +861,21 @@ static void test_cuda_bad_target_checked(void **state) {
     dev_buf d;
     dev_make(&d, &pb, &ob);
     for (int grad = 0; grad < 2; grad++)
-      for (int two = 0; two < 2; two++) {
+      for (int li = 0; li < nl; li++) {
+        if (!has_sm(CHECKED_LAUNCHES[li].sm) || (grad && CHECKED_LAUNCHES[li].nograd_only))
+          continue;
         pb.c.grad = grad;
         dev_put(&d, &pb, &ob);
         xent_exec ex = cuda_exec(NULL, 0);
-        force_two_read(two);
+        xent_tune_override(CHECKED_LAUNCHES[li].path, CHECKED_LAUNCHES[li].cluster,
+                           CHECKED_LAUNCHES[li].threads, CHECKED_LAUNCHES[li].size);
         xent_status st = dev_call(&d, &pb, &ex);
-        force_two_read(0);
+        xent_tune_override(0, 0, 0, 0);
         const char *msg = xent_last_error();
-        char label[128];
-        snprintf(label, sizeof label, "checked bad target %s targets[37] = %s (%s%s)",
+        char label[160];
+        snprintf(label, sizeof label, "checked bad target %s targets[37] = %s (%s, %s)",
                  c.ttype == XENT_INT32 ? "int32" : "int64", cases[i].value_s,
-                 grad ? "forward_grad" : "forward", two ? ", two-read" : "");
+                 grad ? "forward_grad" : "forward", CHECKED_LAUNCHES[li].name);
         if (st != XENT_ERROR_BAD_TARGET) {
           fprintf(stderr, "  [%s] status %d (%s), want XENT_ERROR_BAD_TARGET: %s\n", label,
                   (int)st, xent_status_string(st), msg);
@@ -896,17 +920,27 @@ static void test_cuda_bad_target_checked(void **state) {
     assert_non_null(after);
     dev_buf d;
     dev_make(&d, &pb, &ob);
-    xent_exec ex = cuda_exec(NULL, 0);
-    xent_status st = dev_call(&d, &pb, &ex);
-    if (st != XENT_ERROR_BAD_WEIGHT || !xt_mentions(xent_last_error(), "weights")) {
-      fprintf(stderr, "  [checked NaN weight] status %d: \"%s\"\n", (int)st, xent_last_error());
-      errors++;
-    }
-    dev_get(&d, &back, after);
-    if (memcmp(after, pb.orig, pb.alloc_elems * pb.esize) != 0 ||
-        memcmp(back.loss, ob.loss, (size_t)(ob.count + 1) * 4) != 0) {
-      fprintf(stderr, "  [checked NaN weight] buffers written on error\n");
-      errors++;
+    for (int li = 0; li < nl; li++) { /* the general (weighted) kernels */
+      if (!has_sm(CHECKED_LAUNCHES[li].sm)) continue;
+      pb.c.grad = !CHECKED_LAUNCHES[li].nograd_only;
+      dev_put(&d, &pb, &ob);
+      xent_exec ex = cuda_exec(NULL, 0);
+      xent_tune_override(CHECKED_LAUNCHES[li].path, CHECKED_LAUNCHES[li].cluster,
+                         CHECKED_LAUNCHES[li].threads, CHECKED_LAUNCHES[li].size);
+      xent_status st = dev_call(&d, &pb, &ex);
+      xent_tune_override(0, 0, 0, 0);
+      if (st != XENT_ERROR_BAD_WEIGHT || !xt_mentions(xent_last_error(), "weights")) {
+        fprintf(stderr, "  [checked NaN weight, %s] status %d: \"%s\"\n",
+                CHECKED_LAUNCHES[li].name, (int)st, xent_last_error());
+        errors++;
+      }
+      dev_get(&d, &back, after);
+      if (memcmp(after, pb.orig, pb.alloc_elems * pb.esize) != 0 ||
+          memcmp(back.loss, ob.loss, (size_t)(ob.count + 1) * 4) != 0) {
+        fprintf(stderr, "  [checked NaN weight, %s] buffers written on error\n",
+                CHECKED_LAUNCHES[li].name);
+        errors++;
+      }
     }
     dev_free(&d);
     xt_free(after);
