@@ -28,7 +28,9 @@
  * back to normal, so that lines loaded evict-last go too). GPU times come
  * from CUDA events around the call on a private stream, with
  * XENT_TARGETS_UNCHECKED and an explicit workspace (graph-safe mode: no host
- * synchronisation inside the region). CPU times come from CLOCK_MONOTONIC.
+ * synchronisation inside the region; --checked: the default checked mode,
+ * whose wait for the target check is then inside it). CPU times come from
+ * CLOCK_MONOTONIC.
  * Percentiles interpolate linearly between the sorted samples.
  *
  * Copy bandwidth. GPU: cudaMemcpyAsync device-to-device of a 2 GiB buffer,
@@ -93,6 +95,7 @@ typedef struct config {
   int launch[4];      /* --launch: path, cluster, threads, size            */
   int launch_given;
   int scale_waves;    /* --scale-waves: the backward's grid (0: default)   */
+  int checked;        /* --checked: XENT_TARGETS_CHECKED (GPU)             */
   int modes[MODE_COUNT];
   int modes_given;
   xent_dtype dtypes[MAX_DTYPES];
@@ -599,6 +602,7 @@ typedef struct gpu_ctx {
   xent_options opt;
   xent_output out;
   xent_exec ex;
+  int checked;           /* XENT_TARGETS_CHECKED instead of UNCHECKED       */
 } gpu_ctx;
 
 static int gpu_init(gpu_ctx *g, int device, int n_events) {
@@ -706,7 +710,7 @@ static int gpu_prepare(gpu_ctx *g, const point *p, xent_dtype dt, uint64_t seed)
   xent_input in = {g->logits, dt, p->bt, p->vocab, 0, g->targets, XENT_INT64, NULL};
   g->in = in;
   g->opt = xent_options_default();
-  g->opt.target_check = XENT_TARGETS_UNCHECKED;
+  g->opt.target_check = g->checked ? XENT_TARGETS_CHECKED : XENT_TARGETS_UNCHECKED;
   xent_output out = {&g->scalars[0], NULL, NULL, NULL, NULL};
   g->out = out;
   g->ex = xent_exec_default();
@@ -1117,6 +1121,9 @@ static void usage(void) {
       "                            fails\n"
       "  --scale-waves N           GPU: the backward's grid in waves of resident\n"
       "                            blocks (xent_tune_backward; -1: a block per item)\n"
+      "  --checked                 GPU: the default checked mode (the forward waits\n"
+      "                            for the device's target check) instead of\n"
+      "                            XENT_TARGETS_UNCHECKED\n"
       "  --seed N                  random inputs' seed (default 1234)\n"
       "  --help\n");
 }
@@ -1225,6 +1232,7 @@ static void parse_args(config *c, int argc, char **argv) {
     else if (!strcmp(name, "--gpu")) c->force_gpu = 1;
     else if (!strcmp(name, "--quick")) c->quick = 1;
     else if (!strcmp(name, "--tune")) c->tune = 1;
+    else if (!strcmp(name, "--checked")) c->checked = 1;
     else if (!strcmp(name, "--launch")) {
       NEXT_VAL();
       parse_launch(c, val);
@@ -1308,12 +1316,14 @@ static int build_points(const config *c, int gpu, point *pts) {
 /* Main                                                                      */
 /* ------------------------------------------------------------------------ */
 
-static void make_extra(char *buf, size_t n, const point *p, xent_dtype dt, int gpu, int threads) {
+static void make_extra(char *buf, size_t n, const point *p, xent_dtype dt, int gpu, int threads,
+                       int checked) {
   if (gpu)
     snprintf(buf, n,
-             "{\"BT\": %lld, \"V\": %lld, \"dtype\": \"%s\", \"targets\": \"unchecked\", "
+             "{\"BT\": %lld, \"V\": %lld, \"dtype\": \"%s\", \"targets\": \"%s\", "
              "\"workspace\": \"explicit\", \"reduction\": \"mean\"}",
-             (long long)p->bt, (long long)p->vocab, dtype_name(dt));
+             (long long)p->bt, (long long)p->vocab, dtype_name(dt),
+             checked ? "checked" : "unchecked");
   else
     snprintf(buf, n,
              "{\"BT\": %lld, \"V\": %lld, \"dtype\": \"%s\", \"threads\": %d, "
@@ -1380,12 +1390,17 @@ int main(int argc, char **argv) {
     snprintf(csv.device, sizeof csv.device, "%s", di.name);
     int events = iters > 20 ? iters : 20;
     if (gpu_init(&g, dev, events)) return 1;
+    g.checked = cfg.checked;
     printf("backend: CUDA, device %d: %s (sm_%d%d, %d SMs, %.1f GB, clusters %s)\n", dev, di.name,
            di.sm_major, di.sm_minor, di.multiprocessors, (double)di.global_memory / 1e9,
            di.cluster_launch ? "yes" : "no");
     printf("runtime %d, driver %d\n", info.cuda_runtime_version, info.cuda_driver_version);
-    printf("mode: XENT_TARGETS_UNCHECKED (graph-safe, no host sync), explicit workspace, own "
-           "stream\n");
+    if (cfg.checked)
+      printf("mode: XENT_TARGETS_CHECKED (the default: the forward waits for the device's "
+             "target check), explicit workspace, own stream\n");
+    else
+      printf("mode: XENT_TARGETS_UNCHECKED (graph-safe, no host sync), explicit workspace, own "
+             "stream\n");
     printf("timing: CUDA events, median (p20 / p80) of %d after %d warm-up; logits refreshed "
            "from a pristine copy and L2 flushed before each iteration, untimed\n",
            iters, warmup);
@@ -1458,7 +1473,7 @@ int main(int argc, char **argv) {
       const point *p = &pts[pi];
       xent_dtype dt = cfg.dtypes[di];
       char extra[256];
-      make_extra(extra, sizeof extra, p, dt, gpu, threads);
+      make_extra(extra, sizeof extra, p, dt, gpu, threads, cfg.checked);
       progress(++unit, n_units, p, dt, t0);
       double x_bytes = (double)p->bt * (double)p->vocab * (double)dtype_size(dt);
 
