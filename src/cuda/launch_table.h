@@ -215,6 +215,18 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
     if (row_bytes < 512 * 1024 && rows >= 12LL * (sms > 0 ? sms : 1)) {
       l.path = XENT_PATH_WARP;
       l.threads = 128;
+      /* sm_90, fp32 rows of 120 to 256 KB: the staged kernel instead (2
+       * blocks per SM of 128 consumer threads, 6 chunks of 16 KB, rows from
+       * the workspace's counter), whose bulk copies keep more of the rows in
+       * flight. On an H200 at BT = 8192 (bench/NOTES.md v13): V = 32000
+       * 1.045x, 50304 even, 65536 1.03x; bf16 V = 32000 was 1.44x slower
+       * (the math of 8 consumer warps per SM is the limit there). */
+      if (sm_major == 9 && es == 4 && row_bytes >= 120 * 1024 && row_bytes <= 256 * 1024) {
+        l.path = XENT_PATH_STAGED;
+        l.vecs = 8;
+        l.slots = 6;
+        l.ticket = 1;
+      }
     }
     return l;
   }
@@ -238,9 +250,10 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
    *   leave each block a slice of at most 320 KB (the L2 share v8 and v9
    *   found); with K = 1 the rows come from a counter in the workspace;
    * - slices from 120 KB: one block per SM, 480 consumer threads, 7 chunks
-   *   of 4 vectors a thread (30 KB; 210 KB in all). Pass 2 reuses the last
-   *   7 chunks, or all but one of a slice of at most 7, so that the next
-   *   row's first chunk streams in during the row's reduction;
+   *   of 4 vectors a thread (30 KB; 210 KB in all); fp32 slices of 160 to
+   *   256 KB 416 threads and 8 chunks of 26 KB. Pass 2 reuses the last
+   *   7 (8) chunks, or all but one of a slice of at most 7 (8), so that the
+   *   next row's first chunk streams in during the row's reduction;
    * - shorter rows: 128 consumer threads, chunks of 8 vectors a thread
    *   (16 KB), as many as the row has, 2 to 6, all reused (one read): two
    *   or three blocks per SM, whose reductions overlap the others' loads.
@@ -248,7 +261,11 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
    * in consecutive runs on one machine: bf16 V = 32000 1.20x, 50304 1.05x,
    * 102400 1.05x, 128256 1.04x, 152064 1.05x, 201088 (K = 2) 1.06x, 262144
    * (K = 2) 1.03x; fp32 32000 1.13x, 50304 1.15x, 128256 (K = 2) 1.02x,
-   * 262144 (K = 4) 1.02x.
+   * 262144 (K = 4) 1.02x. fp32 416 x 8 against 480 x 7 (v13, same run):
+   * V = 50304 1.003x, 102400 even, 128256 1.007x, 201088 (K = 4) 1.06x,
+   * 262144 1.009x; slower at 32000 (125 KB, 0.997x) and 152064 (297 KB
+   * slices, 0.985x), which keep 480 x 7. bf16 was 1.3 to 7 % slower with
+   * 416 x 8 at every V from 102400 to 262144.
    * Rows over 8 x 320 KB keep two reads (below). */
   if (sm_major == 9 && row_bytes >= 60 * 1024) {
     int K = 1;
@@ -256,17 +273,19 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
     if (row_bytes <= (long long)K * 320 * 1024) {
       const long long slice = (row_bytes / 16 + K - 1) / K; /* 16-byte vectors */
       const int small = slice * 16 < 120 * 1024;
+      /* fp32 slices of 160 to 256 KB: 8 chunks of 26 KB, not 7 of 30 */
+      const int fine = es == 4 && slice * 16 >= 160 * 1024 && slice * 16 <= 256 * 1024;
       l.path = XENT_PATH_STAGED;
       l.cluster = K;
-      l.threads = small ? 128 : 480;
+      l.threads = small ? 128 : fine ? 416 : 480;
       l.vecs = small ? 8 : 4;
       const long long chunks = (slice + (long long)l.vecs * l.threads - 1) / (l.vecs * l.threads);
       if (small) {
         l.slots = chunks < 2 ? 2 : chunks > 6 ? 6 : (int)chunks;
         l.reuse = chunks < l.slots ? (int)chunks : l.slots;
       } else {
-        l.slots = 7;
-        l.reuse = chunks > 7 ? 7 : (int)chunks - 1;
+        l.slots = fine ? 8 : 7;
+        l.reuse = chunks > l.slots ? l.slots : (int)chunks - 1;
       }
       l.hint = 1;
       l.ticket = K == 1;

@@ -648,7 +648,9 @@ static void test_cuda_staged(void **state) {
       {128256, 1, 1, 448, 804, 0, 0},        {128256, 0, 2, 480, 410406, 0, 1},
       {131072, 2, 1, 416, 300404, 0, 0},     {262144, 1, 2, 256, 600806, 262144 + 8, 0},
       {262144, 0, 4, 384, 200408, 0, 0},     {128256, 1, 1, 416, 310804, 0, 1},
-      {262144, 0, 2, 416, 10804, 0, 0},      {65536, 0, 1, 416, 400404, 0, 0}};
+      {262144, 0, 2, 416, 10804, 0, 0},      {65536, 0, 1, 416, 400404, 0, 0},
+      /* the launch table's fp32 shapes: 128 x 8 x 6 without a gradient, 416 x 4 x 8 */
+      {32000, 0, 1, 128, 806, 0, 0},         {50304, 0, 1, 416, 710408, 0, 0}};
   const int n = (int)(sizeof shapes / sizeof shapes[0]);
   long errors = run_forced_shapes(shapes, n, staged_rows, RUN_STAGED, "cuda staged", "staged",
                                   &rng);

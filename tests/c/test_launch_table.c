@@ -73,9 +73,14 @@ static void test_sm90_measured_choices(void **state) {
       {2, 1048576, S, 8, 480, 0, 1, 4, 7, 0, 7},   /* 2 MB: cluster of 8            */
       {4, 15359, T, 1, 256, 0, 0, 0, 0, 0, 0},     /* just under 60 KB: two reads   */
       {4, 32000, S, 1, 480, 0, 1, 4, 7, 1, 4},     /* 125 KB: 5 chunks, 4 reused    */
-      {4, 50304, S, 1, 480, 0, 1, 4, 7, 1, 6},     /* 196 KB                        */
-      {4, 128256, S, 2, 480, 0, 1, 4, 7, 0, 7},    /* 501 KB: cluster of 2          */
-      {4, 262144, S, 4, 480, 0, 1, 4, 7, 0, 7},    /* 1 MB: cluster of 4            */
+      {4, 40959, S, 1, 480, 0, 1, 4, 7, 1, 5},     /* just under 160 KB: 6 chunks   */
+      /* fp32 slices of 160 to 256 KB: 416 threads, 8 chunks of 26 KB */
+      {4, 40960, S, 1, 416, 0, 1, 4, 8, 1, 6},     /* 160 KB: 7 chunks, 6 reused    */
+      {4, 50304, S, 1, 416, 0, 1, 4, 8, 1, 7},     /* 196 KB: 8 chunks, 7 reused    */
+      {4, 128256, S, 2, 416, 0, 1, 4, 8, 0, 8},    /* 501 KB: cluster of 2          */
+      {4, 152064, S, 2, 480, 0, 1, 4, 7, 0, 7},    /* 297 KB slices: 7 chunks again */
+      {4, 201088, S, 4, 416, 0, 1, 4, 8, 0, 7},    /* 785 KB: cluster of 4, 8 chunks */
+      {4, 262144, S, 4, 416, 0, 1, 4, 8, 0, 8},    /* 1 MB: 256 KB slices, the last */
       {4, 655360, S, 8, 480, 0, 1, 4, 7, 0, 7},    /* 2.5 MB: cluster of 8, the last */
       {4, 655361, T, 1, 1024, 0, 1, 0, 0, 0, 0},   /* past 8 x 320 KB: two reads    */
       {4, 1048576, T, 1, 1024, 0, 1, 0, 0, 0, 0},
@@ -85,8 +90,9 @@ static void test_sm90_measured_choices(void **state) {
 
 /* Other GPUs: no keep path and no clusters (unmeasured there); L2 policies
  * from sm_80 for rows over 256 KB. Forward without gradient, everywhere: a
- * row per warp for rows under 512 KB with at least 12 rows per SM, else
- * pass 1 of the two-read kernel with 256 threads. */
+ * row per warp for rows under 512 KB with at least 12 rows per SM (on sm_90
+ * fp32 rows of 120 to 256 KB the staged kernel instead), else pass 1 of the
+ * two-read kernel with 256 threads. */
 static void test_other_gpus_and_no_grad(void **state) {
   (void)state;
   const int T = XENT_PATH_TWOREAD, W = XENT_PATH_WARP;
@@ -102,10 +108,21 @@ static void test_other_gpus_and_no_grad(void **state) {
   expect_pick(7, 1, &sm70);
   for (int sm = 7; sm <= 10; sm++) {
     const want nograd[] = {{2, 262144, T, 1, 256, 0, 0, 0, 0, 0, 0},  /* 512 KB rows */
-                           {4, 32000, W, 1, 128, 0, 0, 0, 0, 0, 0},   /* 125 KB      */
+                           {2, 32000, W, 1, 128, 0, 0, 0, 0, 0, 0},   /* 62.5 KB     */
+                           {4, 30719, W, 1, 128, 0, 0, 0, 0, 0, 0},   /* under 120 KB */
                            {2, 128256, W, 1, 128, 0, 0, 0, 0, 0, 0},  /* 251 KB      */
+                           {4, 65537, W, 1, 128, 0, 0, 0, 0, 0, 0},   /* over 256 KB */
                            {4, 128256, W, 1, 128, 0, 0, 0, 0, 0, 0}}; /* 501 KB      */
     for (size_t i = 0; i < sizeof nograd / sizeof nograd[0]; i++) expect_pick(sm, 0, &nograd[i]);
+    /* fp32 rows of 120 to 256 KB: the staged kernel on sm_90 */
+    const want fp32[] = {{4, 30720, W, 1, 128, 0, 0, 0, 0, 0, 0},  /* 120 KB */
+                         {4, 32000, W, 1, 128, 0, 0, 0, 0, 0, 0},  /* 125 KB */
+                         {4, 65536, W, 1, 128, 0, 0, 0, 0, 0, 0}}; /* 256 KB */
+    const want fp32_sm90[] = {{4, 30720, XENT_PATH_STAGED, 1, 128, 0, 0, 8, 6, 1, 0},
+                              {4, 32000, XENT_PATH_STAGED, 1, 128, 0, 0, 8, 6, 1, 0},
+                              {4, 65536, XENT_PATH_STAGED, 1, 128, 0, 0, 8, 6, 1, 0}};
+    for (size_t i = 0; i < sizeof fp32 / sizeof fp32[0]; i++)
+      expect_pick(sm, 0, sm == 9 ? &fp32_sm90[i] : &fp32[i]);
     const want few = {2, 128256, T, 1, 256, 0, 0, 0, 0, 0, 0},
                enough = {2, 128256, W, 1, 128, 0, 0, 0, 0, 0, 0};
     expect_pick_rows(sm, 0, 1024, &few);      /* 7.8 rows per SM  */
@@ -146,15 +163,22 @@ static void test_invariants(void **state) {
               why = "cluster not a power of 2 up to 8";
             else if (l.cluster > 1 && sm != 9)
               why = "clusters off sm_90";
-            else if ((l.path == XENT_PATH_KEEP || staged) && (sm != 9 || !grad))
-              why = "keep or staged path off sm_90 or without a gradient";
+            else if ((l.path == XENT_PATH_KEEP || staged) && sm != 9)
+              why = "keep or staged path off sm_90";
+            else if (l.path == XENT_PATH_KEEP && !grad)
+              why = "keep path without a gradient";
+            else if (staged && !grad &&
+                     (es != 4 || row < 120 * 1024 || row > 256 * 1024 || rows < 12 * H200_SMS ||
+                      l.hint || l.cluster != 1))
+              why = "staged without a gradient other than for fp32 rows of 120 to 256 KB, many "
+                    "rows, no L2 policy, no cluster";
             else if (staged && (row < 60 * 1024 || !xent_staged_fits(&l, sm, H200_SMEM_OPTIN) ||
                                 (long long)l.slots * l.vecs * l.threads * 16 +
                                         XENT_STAGED_STATIC_SMEM + SMEM_RESERVED >
                                     H200_SMEM_PER_SM))
               why = "staged path under 60 KB rows, or its block does not fit an SM";
-            else if (staged ? l.reuse < 1 || l.reuse > l.slots : l.reuse != 0)
-              why = "staged reuse not 1 to slots chunks (or set off the staged path)";
+            else if (staged && grad ? l.reuse < 1 || l.reuse > l.slots : l.reuse != 0)
+              why = "staged reuse not 1 to slots chunks with a gradient (or set elsewhere)";
             else if (l.ticket != (staged && l.cluster == 1))
               why = "a row counter off the staged path or over a cluster";
             else if (l.per_row != (l.path == XENT_PATH_KEEP))
