@@ -17,6 +17,12 @@
 #             whether the benchmark's L2 flush evicts evict-last lines
 #   python    the pytest parity suite (CUDA parts included)
 #   compare   bench/compare.py: the full sweep against every peer, plots, summary
+#
+# Each stage's one-line result is printed as soon as the stage ends (and again
+# in the summary), so a run stopped by a time limit still shows what finished.
+# XENT_DEADLINE_S: skip the stages that would start after this many seconds.
+# Logs that only matter on failure (dependencies, build, wheels) stay out of
+# $OUT unless that step fails, so $OUT holds few files.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -25,47 +31,59 @@ stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(build test sanitize tune bench python)
 has() { local s; for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 declare -a SUMMARY
-note() { SUMMARY+=("$(printf '%-10s %s' "$1" "$2")"); }
+note() {
+  SUMMARY+=("$(printf '%-10s %s' "$1" "$2")")
+  printf '== %-10s %s\n' "$1" "$2"
+}
 t0=$(date +%s)
 stamp() { echo "[$(($(date +%s) - t0))s] $*"; }
+# Is there time left for another stage? (XENT_DEADLINE_S unset: always.)
+in_time() {
+  if [ -n "${XENT_DEADLINE_S:-}" ] && [ $(($(date +%s) - t0)) -ge "$XENT_DEADLINE_S" ]; then
+    note "$1" "skipped: past XENT_DEADLINE_S=$XENT_DEADLINE_S"
+    return 1
+  fi
+}
+LOGS=$(mktemp -d)  # logs kept out of $OUT unless their step fails
+trap 'rm -rf "$LOGS"' EXIT
 
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader \
-  > "$OUT/gpu.txt" 2>&1 || true
-stamp "gpu: $(cat "$OUT/gpu.txt")"
+stamp "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem \
+  --format=csv,noheader 2>&1)"
 
 # Python packages carried as wheels (e.g. the peer library for compare).
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "${TMPDIR:-/tmp}/xent-site" .whl/*.whl >"$OUT/wheels.log" 2>&1 &&
+    --target "${TMPDIR:-/tmp}/xent-site" .whl/*.whl >"$LOGS/wheels.log" 2>&1 &&
     export PYTHONPATH="${TMPDIR:-/tmp}/xent-site"
   # Packages carried already unpacked (a wheel too large to carry whole).
   for t in .whl/*.tar.xz; do
-    [ -f "$t" ] && tar -xJf "$t" -C "${TMPDIR:-/tmp}/xent-site" >>"$OUT/wheels.log" 2>&1
+    [ -f "$t" ] && tar -xJf "$t" -C "${TMPDIR:-/tmp}/xent-site" >>"$LOGS/wheels.log" 2>&1
   done
 fi
 
 if has build || [ ! -f build/CMakeCache.txt ]; then
   stamp "build"
-  scripts/deps.sh >"$OUT/deps.log" 2>&1
+  scripts/deps.sh >"$LOGS/deps.log" 2>&1
   . scripts/env.sh
-  if cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_PTX=OFF $XENT_CMAKE_PREFIX >"$OUT/build.log" 2>&1 &&
-     cmake --build build -j 16 >>"$OUT/build.log" 2>&1; then
+  if cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_PTX=OFF $XENT_CMAKE_PREFIX >"$LOGS/build.log" 2>&1 &&
+     cmake --build build -j 16 >>"$LOGS/build.log" 2>&1; then
     note build ok
   else
+    cp "$LOGS/build.log" "$LOGS/deps.log" "$OUT/"
     note build FAILED; tail -40 "$OUT/build.log"
     printf '%s\n' "${SUMMARY[@]}"; exit 1
   fi
 fi
 export XENT_LIBRARY=$PWD/build/libxent.so PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 
-if has bench; then
+if has bench && in_time bench; then
   stamp "bench"
   timeout 120 build/bench/xent-bench --mode all --csv "$OUT/xent-bench.csv" >"$OUT/bench.log" 2>&1
   note bench "rc=$?"
   cat "$OUT/bench.log"
 fi
 
-if has test; then
+if has test && in_time test; then
   stamp "ctest"
   (cd build && timeout 120 ctest --output-on-failure -E "bench_compare|test_cuda") \
     >"$OUT/ctest.log" 2>&1
@@ -81,7 +99,7 @@ if has test; then
 fi
 
 
-if has tune; then
+if has tune && in_time tune; then
   stamp "tune"
   # XENT_TUNE_ARGS: extra xent-bench flags, such as "--vocab 128256 --dtype bf16";
   # XENT_TUNE_NOGRAD=1 also tunes the forward without gradient.
@@ -97,7 +115,7 @@ if has tune; then
 fi
 
 
-if has diag; then
+if has diag && in_time diag; then
   # XENT_DIAG_LEVELS: which builds besides the real one (src/cuda/device_common.cuh says what
   # each removes); XENT_DIAG_LAUNCHES: xent-bench --launch values; XENT_DIAG_SHAPES: V:dtype
   # pairs; XENT_DIAG_ARGS: xent-bench's other flags. Each level builds the library and
@@ -131,7 +149,7 @@ if has diag; then
   note diag "see diag.txt (diag0 = the real kernels)"
 fi
 
-if has probe; then
+if has probe && in_time probe; then
   stamp "probe"
   timeout ${XENT_PROBE_TIMEOUT:-200} build/bench/xent-stream-probe ${XENT_PROBE_ARGS:-} \
     >"$OUT/probe.log" 2>&1
@@ -141,6 +159,7 @@ fi
 
 if has sanitize; then
   for tool in ${XENT_SANITIZE_TOOLS:-memcheck racecheck}; do
+    in_time "$tool" || continue
     stamp "compute-sanitizer $tool"
     XENT_TEST_QUICK=1 XENT_TEST_FILTER=${XENT_SANITIZE_FILTER:-${XENT_TEST_FILTER:-}} \
       timeout ${XENT_SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 \
@@ -150,7 +169,7 @@ if has sanitize; then
   done
 fi
 
-if has python; then
+if has python && in_time pytest; then
   stamp "pytest"
   timeout ${XENT_PYTEST_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider tests/python -rs \
     >"$OUT/pytest.log" 2>&1
@@ -158,7 +177,7 @@ if has python; then
   grep -E "FAILED|Error" "$OUT/pytest.log" | head -20
 fi
 
-if has compare; then
+if has compare && in_time compare; then
   stamp "compare"
   PYTHONUNBUFFERED=1 python3 bench/compare.py --sweep all --mode ${XENT_COMPARE_MODES:-full,forward} \
     --out "$OUT/compare.csv" --no-append --budget-s ${XENT_COMPARE_BUDGET:-330} ${XENT_COMPARE_ARGS:-} \

@@ -264,7 +264,7 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
    * 262144 (K = 4) 1.02x. fp32 416 x 8 against 480 x 7 (v13, same run):
    * V = 50304 1.003x, 102400 even, 128256 1.007x, 201088 (K = 4) 1.06x,
    * 262144 1.009x; slower at 32000 (125 KB, 0.997x) and 152064 (297 KB
-   * slices, 0.985x), which keep 480 x 7. bf16 was 1.3 to 7 % slower with
+   * slices, 0.985x), which keep 480 x 7. bf16 was 0.7 to 7 % slower with
    * 416 x 8 at every V from 102400 to 262144.
    * Rows over 8 x 320 KB keep two reads (below). */
   if (sm_major == 9 && row_bytes >= 60 * 1024) {
