@@ -162,11 +162,13 @@ typedef enum xent_target_check {
   /* Default. Every target is checked before anything is written. A bad one
    * makes the call return XENT_ERROR_BAD_TARGET naming the first bad row and
    * its value, with logits and outputs untouched. On the CUDA backend the
-   * check runs on the device and the call waits for its verdict (one small
-   * device-to-host copy), so it cannot be captured in a CUDA graph. The
-   * call's kernels are queued before the wait and read the same verdict, so
-   * the GPU does not idle for the round trip; the host returns once the
-   * verdict is back, usually while the loss is still running. */
+   * check runs on the device and the call waits for its verdict (16 bytes
+   * the check writes into pinned host memory), so it cannot be captured in a
+   * CUDA graph. The call's kernels are queued before the wait and read the
+   * same verdict, so the GPU does not idle for the round trip; the host
+   * returns once the verdict is back, usually while the loss still runs.
+   * The wait shows only where the host's own work after the call takes
+   * longer than the loss (small shapes driven from Python). */
   XENT_TARGETS_CHECKED = 0,
   /* Graph-safe: no host synchronisation at all. Targets are still checked on
    * the device and never used to index out of bounds. A bad row gets a NaN

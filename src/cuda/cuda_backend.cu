@@ -462,9 +462,13 @@ xent_status verdict_prepare(unsigned long long **dev_view) {
   verdict_slot *v = &g_verdict;
   int dev = 0;
   CK(cudaGetDevice(&dev));
-  if (!v->host)
-    CK(cudaHostAlloc((void **)&v->host, 2 * sizeof *v->host,
-                     cudaHostAllocMapped | cudaHostAllocPortable));
+  if (!v->host &&
+      cudaHostAlloc((void **)&v->host, 2 * sizeof *v->host,
+                    cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+    (void)cudaGetLastError(); /* no mapped memory here: plain pinned memory and the copy */
+    v->host = nullptr;
+    CK(cudaMallocHost((void **)&v->host, 2 * sizeof *v->host));
+  }
   if (v->dev != dev) {
     if (v->done) (void)cudaEventDestroy(v->done);
     v->done = nullptr;
@@ -473,7 +477,10 @@ xent_status verdict_prepare(unsigned long long **dev_view) {
     v->dev = dev;
     int can_map = 0;
     CK(cudaDeviceGetAttribute(&can_map, cudaDevAttrCanMapHostMemory, dev));
-    if (can_map) CK(cudaHostGetDevicePointer((void **)&v->mapped, v->host, 0));
+    if (can_map && cudaHostGetDevicePointer((void **)&v->mapped, v->host, 0) != cudaSuccess) {
+      (void)cudaGetLastError(); /* not mapped for this device: the copy instead */
+      v->mapped = nullptr;
+    }
   }
   *dev_view = v->mapped;
   return XENT_OK;
