@@ -447,12 +447,14 @@ struct verdict_slot {
                                          NULL where the GPU cannot map it        */
   cudaEvent_t done = nullptr;
   int dev = -1;
+  bool copy = false; /* this call fetches the verdict with a copy       */
   ~verdict_slot() { /* at thread exit; errors (a runtime already gone) are moot */
     if (done) (void)cudaEventDestroy(done);
     if (host) (void)cudaFreeHost(host);
   }
 };
 thread_local verdict_slot g_verdict;
+bool g_verdict_copy = false; /* xent_tune_verdict_copy: the copy even where mapped */
 static_assert(offsetof(ws_header, bad_weight) == offsetof(ws_header, bad_target) + 8,
               "verdict_mark copies the two verdict fields as one");
 
@@ -482,7 +484,8 @@ xent_status verdict_prepare(unsigned long long **dev_view) {
       v->mapped = nullptr;
     }
   }
-  *dev_view = v->mapped;
+  v->copy = g_verdict_copy || !v->mapped;
+  *dev_view = v->copy ? nullptr : v->mapped;
   return XENT_OK;
 }
 
@@ -490,7 +493,7 @@ xent_status verdict_prepare(unsigned long long **dev_view) {
  * could not write it, and mark the point the host waits for. */
 xent_status verdict_mark(const ws_header *dh, cudaStream_t stream) {
   verdict_slot *v = &g_verdict;
-  if (!v->mapped)
+  if (v->copy)
     CK(cudaMemcpyAsync(v->host, &dh->bad_target, 2 * sizeof *v->host, cudaMemcpyDeviceToHost,
                        stream));
   CK(cudaEventRecord(v->done, stream));
@@ -857,6 +860,8 @@ void xent_tune_override(int path, int cluster, int threads, int size) {
 const char *xent_tune_last_launch(void) { return g_last_launch; }
 
 void xent_tune_backward(int waves) { g_scale_waves = waves; }
+
+void xent_tune_verdict_copy(int on) { g_verdict_copy = on != 0; }
 
 int xent_tune_l2_normal(const void *p, size_t bytes, void *stream) {
   if (!p || bytes == 0) return 0; /* nothing to set */

@@ -60,6 +60,13 @@ XENT_API const char *xent_tune_last_launch(void);
  * work item per block. */
 XENT_API void xent_tune_backward(int waves);
 
+/* With on != 0, the checked mode of the next CUDA calls of this process
+ * fetches the target check's verdict with a copy behind the count kernel,
+ * the way GPUs that cannot map host memory do, instead of having the count
+ * kernel write it into mapped pinned memory; 0: back to the default. So
+ * that the tests run both. */
+XENT_API void xent_tune_verdict_copy(int on);
+
 /* The launch of the last CUDA backward call that ran the scale kernel on
  * this thread, such as "scale threads=512 unroll=16 grid=1056". */
 XENT_API const char *xent_tune_last_backward(void);

@@ -869,15 +869,19 @@ static void test_cuda_bad_target_checked(void **state) {
         pb.c.grad = grad;
         dev_put(&d, &pb, &ob);
         xent_exec ex = cuda_exec(NULL, 0);
+        const int copy = (li + grad) % 2; /* the verdict copied back, not mapped */
         xent_tune_override(CHECKED_LAUNCHES[li].path, CHECKED_LAUNCHES[li].cluster,
                            CHECKED_LAUNCHES[li].threads, CHECKED_LAUNCHES[li].size);
+        xent_tune_verdict_copy(copy);
         xent_status st = dev_call(&d, &pb, &ex);
+        xent_tune_verdict_copy(0);
         xent_tune_override(0, 0, 0, 0);
         const char *msg = xent_last_error();
         char label[160];
-        snprintf(label, sizeof label, "checked bad target %s targets[37] = %s (%s, %s)",
+        snprintf(label, sizeof label, "checked bad target %s targets[37] = %s (%s, %s%s)",
                  c.ttype == XENT_INT32 ? "int32" : "int64", cases[i].value_s,
-                 grad ? "forward_grad" : "forward", CHECKED_LAUNCHES[li].name);
+                 grad ? "forward_grad" : "forward", CHECKED_LAUNCHES[li].name,
+                 copy ? ", verdict copied" : "");
         if (st != XENT_ERROR_BAD_TARGET) {
           fprintf(stderr, "  [%s] status %d (%s), want XENT_ERROR_BAD_TARGET: %s\n", label,
                   (int)st, xent_status_string(st), msg);
@@ -929,7 +933,9 @@ static void test_cuda_bad_target_checked(void **state) {
       xent_exec ex = cuda_exec(NULL, 0);
       xent_tune_override(CHECKED_LAUNCHES[li].path, CHECKED_LAUNCHES[li].cluster,
                          CHECKED_LAUNCHES[li].threads, CHECKED_LAUNCHES[li].size);
+      xent_tune_verdict_copy(li % 2);
       xent_status st = dev_call(&d, &pb, &ex);
+      xent_tune_verdict_copy(0);
       xent_tune_override(0, 0, 0, 0);
       if (st != XENT_ERROR_BAD_WEIGHT || !xt_mentions(xent_last_error(), "weights")) {
         fprintf(stderr, "  [checked NaN weight, %s] status %d: \"%s\"\n",
@@ -944,6 +950,34 @@ static void test_cuda_bad_target_checked(void **state) {
         errors++;
       }
     }
+    /* Valid input: the verdict copied back and the mapped one give the same
+     * successful call, bit for bit. */
+    pb.weights[1234] = 0.5f;
+    pb.c.grad = 1;
+    void *first = xt_alloc(pb.alloc_elems * pb.esize);
+    assert_non_null(first);
+    float loss[2];
+    for (int copy = 0; copy < 2; copy++) {
+      dev_put(&d, &pb, &ob);
+      xent_exec ex = cuda_exec(NULL, 0);
+      xent_tune_verdict_copy(copy);
+      xent_status st = dev_call(&d, &pb, &ex);
+      xent_tune_verdict_copy(0);
+      if (st != XENT_OK) {
+        fprintf(stderr, "  [checked valid, verdict %s] status %d: %s\n",
+                copy ? "copied" : "mapped", (int)st, xent_last_error());
+        errors++;
+      }
+      dev_get(&d, &back, copy ? after : first);
+      loss[copy] = back.loss[0];
+    }
+    if (!isfinite(loss[0]) || memcmp(&loss[0], &loss[1], sizeof loss[0]) != 0 ||
+        memcmp(first, after, pb.alloc_elems * pb.esize) != 0) {
+      fprintf(stderr, "  [checked valid] verdict mapped and copied differ: loss %.9g / %.9g\n",
+              (double)loss[0], (double)loss[1]);
+      errors++;
+    }
+    xt_free(first);
     dev_free(&d);
     xt_free(after);
     xt_outbuf_free(&ob);
