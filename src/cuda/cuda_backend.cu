@@ -669,8 +669,8 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
       }
     }
   } while (0);
-  /* Every kernel of the call is queued; the verdict was copied back before
-   * them. */
+  /* Every kernel of the call is queued behind the verdict (written by the
+   * count kernel, or copied back, before them). */
   if (checked && st == XENT_OK) st = check_verdict(c);
 
   if (owned) {
