@@ -581,9 +581,9 @@ static int64_t warp_rows(int64_t V) { return V >= 1000000 ? 37 : V >= 100000 ? 2
 
 /* The keep path with a row per block or cluster (the launch table's choice
  * on sm_90 from v10 to v11; xent_tune_override runs it since): each block
- * initialises its cluster inbox and exchanges one row. Rows held whole, partly and not at all, over one block or clusters of
- * 2 and 4, every dtype, packed, padded and unaligned, ignored rows among
- * them. */
+ * initialises its cluster inbox and exchanges one row. Rows held whole,
+ * partly and not at all, over one block or clusters of 2 and 4, every
+ * dtype, packed, padded and unaligned, ignored rows among them. */
 static void test_cuda_keep_per_row(void **state) {
   (void)state;
   require_gpu();
@@ -823,6 +823,19 @@ static const struct {
     {10, 2, 128, 803, 9, 0, "staged cluster 2"},
 };
 
+/* One call on launch CHECKED_LAUNCHES[li], its verdict copied back (`copy`)
+ * or written into mapped memory; both overrides are undone after it. */
+static xent_status checked_call(const dev_buf *d, const xt_problem *pb, int li, int copy) {
+  xent_exec ex = cuda_exec(NULL, 0);
+  xent_tune_override(CHECKED_LAUNCHES[li].path, CHECKED_LAUNCHES[li].cluster,
+                     CHECKED_LAUNCHES[li].threads, CHECKED_LAUNCHES[li].size);
+  xent_tune_verdict_copy(copy);
+  xent_status st = dev_call(d, pb, &ex);
+  xent_tune_verdict_copy(0);
+  xent_tune_override(0, 0, 0, 0);
+  return st;
+}
+
 /* Checked mode: a bad target makes the call fail naming the first bad row
  * and its value; logits and outputs stay bit-for-bit as they were, on every
  * kernel path. */
@@ -868,14 +881,8 @@ static void test_cuda_bad_target_checked(void **state) {
           continue;
         pb.c.grad = grad;
         dev_put(&d, &pb, &ob);
-        xent_exec ex = cuda_exec(NULL, 0);
         const int copy = (li + grad) % 2; /* the verdict copied back, not mapped */
-        xent_tune_override(CHECKED_LAUNCHES[li].path, CHECKED_LAUNCHES[li].cluster,
-                           CHECKED_LAUNCHES[li].threads, CHECKED_LAUNCHES[li].size);
-        xent_tune_verdict_copy(copy);
-        xent_status st = dev_call(&d, &pb, &ex);
-        xent_tune_verdict_copy(0);
-        xent_tune_override(0, 0, 0, 0);
+        xent_status st = checked_call(&d, &pb, li, copy);
         const char *msg = xent_last_error();
         char label[160];
         snprintf(label, sizeof label, "checked bad target %s targets[37] = %s (%s, %s%s)",
@@ -930,13 +937,7 @@ static void test_cuda_bad_target_checked(void **state) {
       if (!has_sm(CHECKED_LAUNCHES[li].sm)) continue;
       pb.c.grad = !CHECKED_LAUNCHES[li].nograd_only;
       dev_put(&d, &pb, &ob);
-      xent_exec ex = cuda_exec(NULL, 0);
-      xent_tune_override(CHECKED_LAUNCHES[li].path, CHECKED_LAUNCHES[li].cluster,
-                         CHECKED_LAUNCHES[li].threads, CHECKED_LAUNCHES[li].size);
-      xent_tune_verdict_copy(li % 2);
-      xent_status st = dev_call(&d, &pb, &ex);
-      xent_tune_verdict_copy(0);
-      xent_tune_override(0, 0, 0, 0);
+      xent_status st = checked_call(&d, &pb, li, li % 2);
       if (st != XENT_ERROR_BAD_WEIGHT || !xt_mentions(xent_last_error(), "weights")) {
         fprintf(stderr, "  [checked NaN weight, %s] status %d: \"%s\"\n",
                 CHECKED_LAUNCHES[li].name, (int)st, xent_last_error());
@@ -959,10 +960,7 @@ static void test_cuda_bad_target_checked(void **state) {
     float loss[2];
     for (int copy = 0; copy < 2; copy++) {
       dev_put(&d, &pb, &ob);
-      xent_exec ex = cuda_exec(NULL, 0);
-      xent_tune_verdict_copy(copy);
-      xent_status st = dev_call(&d, &pb, &ex);
-      xent_tune_verdict_copy(0);
+      xent_status st = checked_call(&d, &pb, 0, copy); /* 0: the table */
       if (st != XENT_OK) {
         fprintf(stderr, "  [checked valid, verdict %s] status %d: %s\n",
                 copy ? "copied" : "mapped", (int)st, xent_last_error());
