@@ -96,6 +96,8 @@ typedef struct config {
   int launch_given;
   int scale_waves;    /* --scale-waves: the backward's grid (0: default)   */
   int checked;        /* --checked: XENT_TARGETS_CHECKED (GPU)             */
+  int flush_read;     /* --flush read: the L2 flush reads, leaving it clean */
+  int no_pdl;         /* --no-pdl: ordinary launches (xent_tune_pdl(0))    */
   int modes[MODE_COUNT];
   int modes_given;
   xent_dtype dtypes[MAX_DTYPES];
@@ -603,6 +605,7 @@ typedef struct gpu_ctx {
   xent_output out;
   xent_exec ex;
   int checked;           /* XENT_TARGETS_CHECKED instead of UNCHECKED       */
+  int flush_read;        /* flush by reading FLUSH_BYTES, not writing them  */
 } gpu_ctx;
 
 static int gpu_init(gpu_ctx *g, int device, int n_events) {
@@ -727,11 +730,17 @@ static xent_status gpu_call(gpu_ctx *g, int mode, const char **what) {
 }
 
 /* Evict the L2: the logits' lines go back to normal L2 priority, then 256
- * MiB of scratch are written. Without the first step, lines a forward loaded
- * evict-last outlive the flush (bench/NOTES.md v10). */
+ * MiB of scratch are written (or, with --flush read, read: the L2 is left
+ * holding clean lines, none for the timed call to write back). Without the
+ * first step, lines a forward loaded evict-last outlive the flush
+ * (bench/NOTES.md v10). */
 static int gpu_flush(gpu_ctx *g, int it) {
   if (xent_tune_l2_normal(g->logits, g->bytes, g->stream)) return -1;
-  CUDA_OK(cudaMemsetAsync(g->flush, it & 0xff, FLUSH_BYTES, g->stream));
+  if (g->flush_read) {
+    if (xent_tune_l2_read(g->flush, FLUSH_BYTES, g->stream)) return -1;
+  } else {
+    CUDA_OK(cudaMemsetAsync(g->flush, it & 0xff, FLUSH_BYTES, g->stream));
+  }
   return 0;
 }
 
@@ -1124,6 +1133,11 @@ static void usage(void) {
       "  --checked                 GPU: the default checked mode (the forward waits\n"
       "                            for the device's target check) instead of\n"
       "                            XENT_TARGETS_UNCHECKED\n"
+      "  --flush write|read        GPU: the L2 flush before each timed call writes\n"
+      "                            256 MiB (default) or reads them, which leaves no\n"
+      "                            dirty lines for the timed call to write back\n"
+      "  --no-pdl                  GPU: launch every kernel in the ordinary way, not\n"
+      "                            programmatically behind the one ahead (sm_90+)\n"
       "  --seed N                  random inputs' seed (default 1234)\n"
       "  --help\n");
 }
@@ -1233,6 +1247,13 @@ static void parse_args(config *c, int argc, char **argv) {
     else if (!strcmp(name, "--quick")) c->quick = 1;
     else if (!strcmp(name, "--tune")) c->tune = 1;
     else if (!strcmp(name, "--checked")) c->checked = 1;
+    else if (!strcmp(name, "--no-pdl")) c->no_pdl = 1;
+    else if (!strcmp(name, "--flush")) {
+      NEXT_VAL();
+      if (!strcmp(val, "write")) c->flush_read = 0;
+      else if (!strcmp(val, "read")) c->flush_read = 1;
+      else die_usage("--flush wants write or read, got '%s'", val);
+    }
     else if (!strcmp(name, "--launch")) {
       NEXT_VAL();
       parse_launch(c, val);
@@ -1391,6 +1412,8 @@ int main(int argc, char **argv) {
     int events = iters > 20 ? iters : 20;
     if (gpu_init(&g, dev, events)) return 1;
     g.checked = cfg.checked;
+    g.flush_read = cfg.flush_read;
+    if (cfg.no_pdl) xent_tune_pdl(0);
     printf("backend: CUDA, device %d: %s (sm_%d%d, %d SMs, %.1f GB, clusters %s)\n", dev, di.name,
            di.sm_major, di.sm_minor, di.multiprocessors, (double)di.global_memory / 1e9,
            di.cluster_launch ? "yes" : "no");
@@ -1401,6 +1424,9 @@ int main(int argc, char **argv) {
     else
       printf("mode: XENT_TARGETS_UNCHECKED (graph-safe, no host sync), explicit workspace, own "
              "stream\n");
+    if (cfg.flush_read)
+      printf("L2 flush: a read of 256 MiB (--flush read), leaving clean lines\n");
+    if (cfg.no_pdl) printf("launches: ordinary (--no-pdl)\n");
     printf("timing: CUDA events, median (p20 / p80) of %d after %d warm-up; logits refreshed "
            "from a pristine copy and L2 flushed before each iteration, untimed\n",
            iters, warmup);

@@ -4,14 +4,15 @@
  * mode's one round trip.
  *
  * A forward call enqueues, on the caller's stream:
- *   1. (mean, weights, accuracy or checked mode) memset of the workspace
- *      header + count_kernel: N, W, sum of weights, first bad target/weight,
- *      and the reduction scales, all left in device memory;
+ *   1. (checked mode, weights, or mean with a gradient) memset of the
+ *      workspace header + count_kernel: N, W, sum of weights, first bad
+ *      target/weight, and the reduction scales, all left in device memory;
  *   2. checked mode only: an event after the count kernel, which has written
  *      its verdict into pinned host memory (verdict_slot);
  *   3. the forward kernel (the path launch_table.h picks), which reads the
  *      scales from the header;
- *   4. (mean, sum) finalize_kernel: the reduced outputs.
+ *   4. (mean, sum) finalize_kernel: the reduced outputs (it counts N itself
+ *      where step 1 did not run).
  * Checked mode then waits for the event of step 2 alone, with steps 3 and 4
  * already queued: they read the same verdict and return at once on a bad
  * target or weight, and the call returns its error. In unchecked mode
@@ -255,6 +256,20 @@ void set_cluster(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr, int K, bool
   cfg->numAttrs = 1;
 }
 
+bool g_pdl = true; /* xent_tune_pdl */
+
+/* A programmatic launch (sm_90+): the kernel may start before the one ahead
+ * of it in the stream has ended, and waits for it in kernel_enter. `attr`
+ * is the storage of cfg's attributes, with room for one more. */
+void set_pdl(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr, int sm_major) {
+  if (!g_pdl || sm_major < 9) return;
+  cudaLaunchAttribute *a = attr + cfg->numAttrs;
+  a->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a->val.programmaticStreamSerializationAllowed = 1;
+  cfg->attrs = attr;
+  cfg->numAttrs++;
+}
+
 /* A persistent kernel's grid: as many clusters of l.cluster blocks (the
  * ring) or blocks (the stream kernel, which also runs below sm_90, where the
  * cluster query does not exist) as can be resident at once, cached per
@@ -335,7 +350,7 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
   fwd_kernel k = pick_kernel_dtype(dt, l, general, stats);
   if (!k) return xent_fail(XENT_ERROR_UNSUPPORTED, "no kernel for vecs = %d", l.vecs);
   cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   int64_t blocks = p.rows * l.cluster;
   cfg.dynamicSmemBytes = 0;
   if (l.path == XENT_PATH_RING) {
@@ -386,6 +401,7 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
   cfg.blockDim = dim3((unsigned)block_threads(l), 1, 1);
   cfg.stream = stream;
   set_cluster(&cfg, attr, l.cluster, false);
+  set_pdl(&cfg, attr, dp->sm_major);
   CK(cudaLaunchKernelEx(&cfg, k, p));
   const char *name = l.path == XENT_PATH_RING      ? (l.lsu ? "ring-lsu" : "ring")
                      : l.path == XENT_PATH_ONEREAD ? "one-read"
@@ -552,7 +568,11 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
   const bool mean = opt->reduction == XENT_REDUCTION_MEAN;
   const bool per_row = opt->reduction == XENT_REDUCTION_NONE;
   const bool weighted = in->weights != NULL;
-  const bool need_count = mean || weighted || checked || (out->token_accuracy && !per_row);
+  /* The count kernel runs where something must know N, W or the verdict
+   * before the forward kernel: the checked mode, weights, or a gradient
+   * scaled by 1/N. Otherwise the finalize kernel counts N itself (one memset
+   * and one launch fewer: the forward without gradient, most of all). */
+  const bool need_count = weighted || checked || (c->write_grad && mean);
   const bool general = weighted || opt->use_softcap;
 
   xent_launch l;
@@ -652,6 +672,9 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
       finalize_params f;
       f.hdr = p.hdr;
       f.verdict = p.verdict;
+      f.targets = (!p.hdr && (mean || out->token_accuracy)) ? in->targets : NULL;
+      f.target64 = p.target64;
+      f.ignore_index = opt->ignore_index;
       f.row_loss = ws_loss;
       f.row_z = p.row_z;
       f.row_acc = p.row_acc;
@@ -661,8 +684,13 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
       f.loss = out->loss;
       f.z_loss = out->z_loss;
       f.acc = out->token_accuracy;
-      finalize_kernel<<<1, kFinalizeThreads, 0, stream>>>(f);
-      cudaError_t e = cudaGetLastError();
+      cudaLaunchConfig_t cfg = {};
+      cudaLaunchAttribute attr[1];
+      cfg.gridDim = dim3(1, 1, 1);
+      cfg.blockDim = dim3(kFinalizeThreads, 1, 1);
+      cfg.stream = stream;
+      set_pdl(&cfg, attr, dp->sm_major);
+      cudaError_t e = cudaLaunchKernelEx(&cfg, finalize_kernel, f);
       if (e != cudaSuccess) {
         st = cuda_fail(e, "finalize_kernel launch");
         break;
@@ -697,7 +725,8 @@ int g_scale_waves = 0;
  * was 4 % slower on an H200: bench/NOTES.md v10). Few waves also keep the
  * skip cheap: with a scalar factor of 1 every block reads it and returns. */
 template <typename T>
-xent_status launch_scale(const scale_params &s, int sms, cudaStream_t stream) {
+xent_status launch_scale(const scale_params &s, const dev_props &dp, cudaStream_t stream) {
+  const int sms = dp.sms;
   const int vn = 16 / (int)sizeof(T);
   const int64_t nvec = s.vocab / vn;
   int64_t threads = (nvec + kScaleUnroll - 1) / kScaleUnroll;
@@ -727,8 +756,13 @@ xent_status launch_scale(const scale_params &s, int sms, cudaStream_t stream) {
   int64_t items = s.rows * chunks, grid = (int64_t)(sms > 0 ? sms : 132) * per_sm * waves;
   if (g_scale_waves < 0 || grid > items) grid = items;
   if (grid > 0x7fffffffLL) grid = 0x7fffffffLL;
-  scale_kernel<T><<<(unsigned)grid, (unsigned)threads, 0, stream>>>(s, (int)chunks);
-  CK(cudaGetLastError());
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = dim3((unsigned)grid, 1, 1);
+  cfg.blockDim = dim3((unsigned)threads, 1, 1);
+  cfg.stream = stream;
+  set_pdl(&cfg, attr, dp.sm_major);
+  CK(cudaLaunchKernelEx(&cfg, scale_kernel<T>, s, (int)chunks));
   snprintf(g_last_scale, sizeof g_last_scale, "scale threads=%d unroll=%d grid=%lld",
            (int)threads, kScaleUnroll, (long long)grid);
   return XENT_OK;
@@ -815,9 +849,9 @@ xent_status xent_cuda_backward(const xent_scale_call *c) {
   st = get_props(c->ex.device, &props);
   if (!st) {
     switch (c->dtype) {
-      case XENT_FLOAT32: st = launch_scale<float>(s, props.sms, stream); break;
-      case XENT_BFLOAT16: st = launch_scale<__nv_bfloat16>(s, props.sms, stream); break;
-      case XENT_FLOAT16: st = launch_scale<__half>(s, props.sms, stream); break;
+      case XENT_FLOAT32: st = launch_scale<float>(s, props, stream); break;
+      case XENT_BFLOAT16: st = launch_scale<__nv_bfloat16>(s, props, stream); break;
+      case XENT_FLOAT16: st = launch_scale<__half>(s, props, stream); break;
     }
   }
   leave_device(&scope);
@@ -863,6 +897,8 @@ void xent_tune_backward(int waves) { g_scale_waves = waves; }
 
 void xent_tune_verdict_copy(int on) { g_verdict_copy = on != 0; }
 
+void xent_tune_pdl(int on) { g_pdl = on != 0; }
+
 int xent_tune_l2_normal(const void *p, size_t bytes, void *stream) {
   if (!p || bytes == 0) return 0; /* nothing to set */
   int dev = 0, major = 0;
@@ -876,6 +912,12 @@ int xent_tune_l2_normal(const void *p, size_t bytes, void *stream) {
   const uintptr_t a = (uintptr_t)p & ~(uintptr_t)127;
   bytes += (uintptr_t)p - a;
   l2_normal_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>((const char *)a, bytes);
+  return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}
+
+int xent_tune_l2_read(const void *p, size_t bytes, void *stream) {
+  if (!p || bytes < 16) return 0;
+  l2_read_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>((const uint4 *)p, bytes / 16);
   return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }
 

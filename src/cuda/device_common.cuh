@@ -112,8 +112,11 @@ struct prep_params {
 };
 
 struct finalize_params {
-  const ws_header *hdr;
+  const ws_header *hdr;        /* the count kernel's N, W and scales; NULL: none */
   const ws_header *verdict;    /* as fwd_params::verdict                      */
+  const void *targets;         /* hdr NULL, mean or accuracy: count N here     */
+  int target64;
+  int64_t ignore_index;
   const float *row_loss, *row_z, *row_acc;
   int64_t rows;
   int mean;
@@ -496,6 +499,22 @@ __device__ __forceinline__ float grad_one(const fwd_params &p, const grad_coef &
  * the outputs as they were. */
 __device__ __forceinline__ bool call_rejected(const ws_header *verdict) {
   return verdict && (verdict->bad_target | verdict->bad_weight) != 0;
+}
+
+/* The first statement of the forward, finalize and scale kernels. On sm_90+
+ * the host launches them programmatically (launch_pdl): such a kernel may
+ * start while the kernel ahead of it in the stream still runs, so it first
+ * waits for that grid to finish and its writes to land (a no-op after an
+ * ordinary launch). It then lets the kernel behind it launch, whose blocks
+ * wait, resident, for this grid's end: no launch gap between the two. The
+ * wait comes before every read, the verdict's included. Returns
+ * call_rejected(verdict). */
+__device__ __forceinline__ bool kernel_enter(const ws_header *verdict) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  return call_rejected(verdict);
 }
 
 /* The reduction scales the count kernel left in the workspace header (1

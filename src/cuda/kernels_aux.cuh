@@ -11,10 +11,14 @@
  *                  the block partials in block order.
  * finalize_kernel: after it, for mean and sum: adds the per-row values in a
  *                  fixed order (in double) and writes the reduced outputs.
+ *                  Where no count kernel ran (unchecked, unweighted, and no
+ *                  gradient to scale by 1/N) it counts N from the targets
+ *                  itself, in the same pass.
  * scale_kernel:    the backward: gradient *= grad_output in place, read on the
  *                  device; rows whose factor is exactly 1 are skipped.
  * fill_kernel:     writes the reduced outputs of a call with no rows.
- * l2_normal_kernel: the benchmark's L2 flush helper (tune.h), not the loss.
+ * l2_normal_kernel, l2_read_kernel: the benchmark's L2 flush helpers
+ *                  (tune.h), not the loss.
  */
 #ifndef XENT_CUDA_KERNELS_AUX_CUH
 #define XENT_CUDA_KERNELS_AUX_CUH
@@ -45,6 +49,7 @@ __global__ void __launch_bounds__(kCountThreads) count_kernel(const prep_params 
   __shared__ float shf[kCountThreads];
   __shared__ int shi[kCountThreads];
   __shared__ bool last;
+  kernel_enter(NULL); /* the forward kernel behind it may launch now */
   const int64_t gstride = (int64_t)gridDim.x * kCountThreads;
   const int64_t gid = (int64_t)blockIdx.x * kCountThreads + threadIdx.x;
   int n = 0;
@@ -105,29 +110,65 @@ __global__ void __launch_bounds__(kCountThreads) count_kernel(const prep_params 
   }
 }
 
+/* Sums a value over a 1024-thread block in a fixed tree (shuffles within
+ * each warp, then across the warps' sums in warp 0): deterministic. The
+ * result is in lane 0 of warp 0. `sh` holds 32 values. */
+__device__ __forceinline__ double block_sum_1024(double v, double *sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = threadIdx.x < 32 ? sh[threadIdx.x] : 0.0;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  return v;
+}
+
 __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const finalize_params f) {
-  if (call_rejected(f.verdict)) return; /* checked mode, a bad target: write nothing */
-  __shared__ double sh[kFinalizeThreads];
-  double l = 0.0, z = 0.0, a = 0.0;
-  for (int64_t r = threadIdx.x; r < f.rows; r += kFinalizeThreads) {
-    l += f.row_loss[r];
-    if (f.row_z) z += f.row_z[r];
-    if (f.row_acc) a += f.row_acc[r];
-  }
-  l = block_sum<double, kFinalizeThreads>(l, sh);
-  if (f.row_z) z = block_sum<double, kFinalizeThreads>(z, sh);
-  if (f.row_acc) a = block_sum<double, kFinalizeThreads>(a, sh);
-  if (threadIdx.x != 0) return;
+  static_assert(kFinalizeThreads == 1024, "block_sum_1024");
+  if (kernel_enter(f.verdict)) return; /* checked mode, a bad target: write nothing */
+  __shared__ double sh[4][32];
   const ws_header *h = f.hdr;
+  const bool count = !h && f.targets; /* N from the targets, as count_kernel does */
+  /* Each thread adds its rows (threadIdx.x + k * 1024) in order, loading U
+   * rows' values before it adds them, so that their latencies overlap. */
+  constexpr int U = 8;
+  double l = 0.0, z = 0.0, a = 0.0, n = 0.0;
+  for (int64_t r0 = threadIdx.x; r0 < f.rows; r0 += (int64_t)U * kFinalizeThreads) {
+    float lv[U], zv[U], av[U];
+    bool nv[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int64_t r = r0 + (int64_t)u * kFinalizeThreads;
+      const bool in = r < f.rows;
+      lv[u] = in ? f.row_loss[r] : 0.0f;
+      zv[u] = in && f.row_z ? f.row_z[r] : 0.0f;
+      av[u] = in && f.row_acc ? f.row_acc[r] : 0.0f;
+      nv[u] = in && count && load_target(f.targets, f.target64, r) != f.ignore_index;
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      l += lv[u];
+      z += zv[u];
+      a += av[u];
+      n += nv[u] ? 1.0 : 0.0;
+    }
+  }
+  l = block_sum_1024(l, sh[0]);
+  z = block_sum_1024(z, sh[1]);
+  a = block_sum_1024(a, sh[2]);
+  n = block_sum_1024(n, sh[3]);
+  if (threadIdx.x != 0) return;
+  if (h) n = (double)h->n;
   double sl = h ? h->scale_loss : 1.0, sz = h ? h->scale_z : 1.0;
-  if (f.mean && h) {
+  if (f.mean && (h || count)) {
     /* divide in double rather than multiply by the float reciprocals */
-    sz = 1.0 / (double)h->n;
-    sl = f.weighted ? 1.0 / (double)h->w : sz;
+    sz = 1.0 / n;
+    sl = f.weighted ? 1.0 / (double)h->w : sz; /* weighted: always counted */
   }
   f.loss[0] = (float)(l * sl + z * sz);
   if (f.z_loss) f.z_loss[0] = (float)(z * sz);
-  if (f.acc) f.acc[0] = h ? (float)(a / (double)h->n) : __int_as_float(0x7fc00000);
+  if (f.acc) f.acc[0] = (h || count) ? (float)(a / n) : __int_as_float(0x7fc00000);
 }
 
 __global__ void fill_kernel(float *loss, float *z_loss, float *acc, float lv, float zv,
@@ -153,6 +194,7 @@ __global__ void __launch_bounds__(kScaleMaxThreads) scale_kernel(const scale_par
   constexpr int U = kScaleUnroll;
   const int nt = blockDim.x;
   /* A scalar factor is read once; when it is 1 there is nothing to do. */
+  kernel_enter(NULL);
   const float g0 = s.per_row ? 0.0f : (s.grad_output ? s.grad_output[0] : s.host_scale);
   if (!s.per_row && g0 == 1.0f) return;
   const int64_t items = s.rows * (int64_t)chunks;
@@ -205,6 +247,25 @@ __global__ void l2_normal_kernel(const char *p, size_t bytes) {
 #else
   (void)p, (void)bytes;
 #endif
+}
+
+/* Reads n 16-byte vectors from p (16-byte aligned) and writes nothing
+ * (xent_tune_l2_read; the benchmark's flush, not the loss). The loads are
+ * relaxed (volatile before sm_70): the compiler removes plain ones whose
+ * values go unused. */
+__global__ void l2_read_kernel(const uint4 *p, size_t n) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("{ .reg .u32 t<4>; ld.relaxed.gpu.global.v4.u32 {t0, t1, t2, t3}, [%0]; }"
+                 ::"l"(p + i)
+                 : "memory");
+#else
+    asm volatile("{ .reg .u32 t<4>; ld.volatile.global.v4.u32 {t0, t1, t2, t3}, [%0]; }"
+                 ::"l"(p + i)
+                 : "memory");
+#endif
+  }
 }
 
 }  // namespace xent

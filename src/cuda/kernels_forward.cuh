@@ -67,7 +67,7 @@ __device__ __forceinline__ void oneread_max(const fwd_params &p, const uint4 (&v
 
 template <typename T, int NV, bool GENERAL>
 __global__ void __launch_bounds__(512, 1) fwd_oneread(const fwd_params p) {
-  if (call_rejected(p.verdict)) return; /* checked mode, a bad target: write nothing */
+  if (kernel_enter(p.verdict)) return; /* checked mode, a bad target: write nothing */
   constexpr int VN = elem<T>::N;
   constexpr int ES = (int)sizeof(T);
   __shared__ part scratch[kMaxWarps + 1];
@@ -286,7 +286,7 @@ __device__ __forceinline__ void tworead_load2(const tworead_walk &w, int it,
 
 template <typename T, bool GENERAL, bool KEEP, bool STATS>
 __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
-  if (call_rejected(p.verdict)) return; /* checked mode, a bad target: write nothing */
+  if (kernel_enter(p.verdict)) return; /* checked mode, a bad target: write nothing */
   constexpr int VN = elem<T>::N;
   constexpr int ES = (int)sizeof(T);
   constexpr int U = kTwoReadUnroll;
@@ -422,7 +422,7 @@ constexpr int kWarpRowUnroll = 8;
  * a row per SM in flight, from HBM. */
 template <typename T, bool GENERAL, bool STATS>
 __global__ void __launch_bounds__(256) fwd_warprow(const fwd_params p) {
-  if (call_rejected(p.verdict)) return; /* checked mode, a bad target: write nothing */
+  if (kernel_enter(p.verdict)) return; /* checked mode, a bad target: write nothing */
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (row >= p.rows) return; /* uniform over the warp */

@@ -101,7 +101,7 @@ __device__ __forceinline__ void ring_fold(const fwd_params &p, const uint4 *sp, 
 template <typename T, bool GENERAL>
 __global__ void __launch_bounds__(1024, 1) fwd_ring(const fwd_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (call_rejected(p.verdict)) return; /* checked mode, a bad target: write nothing */
+  if (kernel_enter(p.verdict)) return; /* checked mode, a bad target: write nothing */
   constexpr int VN = elem<T>::N;
   extern __shared__ __align__(128) uint4 ring[];
   __shared__ __align__(8) uint64_t full[kRingMaxSlots];

@@ -370,7 +370,7 @@ __device__ __forceinline__ void staged_grad_chunk(const fwd_params &p, staged_sm
 template <typename T, int U, bool GENERAL, bool STATS>
 __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const fwd_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (call_rejected(p.verdict)) return; /* checked mode, a bad target: write nothing */
+  if (kernel_enter(p.verdict)) return; /* checked mode, a bad target: write nothing */
   constexpr int ES = (int)sizeof(T);
   extern __shared__ __align__(128) uint4 ring[];
   __shared__ staged_smem sm;

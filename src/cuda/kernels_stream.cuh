@@ -116,7 +116,7 @@ __device__ __forceinline__ void stream_pass1(const fwd_params &p, stream_ring &r
 template <typename T, bool GENERAL>
 __global__ void __launch_bounds__(1024, 1) fwd_stream(const fwd_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if (call_rejected(p.verdict)) return; /* checked mode, a bad target: write nothing */
+  if (kernel_enter(p.verdict)) return; /* checked mode, a bad target: write nothing */
   constexpr int VN = elem<T>::N;
   constexpr int U = kStreamUnroll;
   extern __shared__ __align__(16) uint4 stream_slots[];

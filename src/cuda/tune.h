@@ -67,6 +67,13 @@ XENT_API void xent_tune_backward(int waves);
  * that the tests run both. */
 XENT_API void xent_tune_verdict_copy(int on);
 
+/* With on == 0, the next CUDA calls of this process launch their forward,
+ * finalize and scale kernels in the ordinary way, not programmatically
+ * (sm_90+: a kernel launched while the one ahead of it runs, waiting for it
+ * on the device); 1: back to the default. For the benchmark's side-by-side
+ * timing. */
+XENT_API void xent_tune_pdl(int on);
+
 /* The launch of the last CUDA backward call that ran the scale kernel on
  * this thread, such as "scale threads=512 unroll=16 grid=1056". */
 XENT_API const char *xent_tune_last_backward(void);
@@ -78,6 +85,13 @@ XENT_API const char *xent_tune_last_backward(void);
  * flush (bench/NOTES.md v10). sm_80+; elsewhere nothing is enqueued.
  * Returns 0, or -1 when the launch failed. */
 XENT_API int xent_tune_l2_normal(const void *p, size_t bytes, void *stream);
+
+/* Enqueue on `stream` a pass that reads [p, p + bytes) and writes nothing:
+ * run over a buffer larger than the L2 after a write flush, it leaves the
+ * L2 holding clean lines, so the timed call that follows does not also
+ * write back the flush's dirty ones (xent-bench --flush read). Returns 0, or
+ * -1 when the launch failed. */
+XENT_API int xent_tune_l2_read(const void *p, size_t bytes, void *stream);
 
 #ifdef __cplusplus
 }

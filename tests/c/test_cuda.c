@@ -332,6 +332,8 @@ static void test_cuda_matrix(void **state) {
           c.ttype = tt ? XENT_INT64 : XENT_INT32;
           c.grad = grad;
           c.ties = 1;
+          /* Unchecked too: without a gradient its finalize counts N itself. */
+          c.check = (d + r) % 2 ? XENT_TARGETS_CHECKED : XENT_TARGETS_UNCHECKED;
           int flags = RUN_COMPARE_CPU | (((d + r + tt + grad) % 2) ? RUN_TWO_READ : 0);
           errors += cuda_run_case(&c, &rng, "cuda matrix", flags);
         }
@@ -729,10 +731,18 @@ static void test_cuda_ignored_rows(void **state) {
       c.ignore_frac = 0.5;
       c.ttype = r % 2 ? XENT_INT32 : XENT_INT64;
       errors += cuda_run_case(&c, &rng, "cuda ignore_index = class 3", RUN_COMPARE_CPU);
+      c.grad = 0; /* no count kernel: the finalize kernel counts N */
+      c.check = XENT_TARGETS_UNCHECKED;
+      errors += cuda_run_case(&c, &rng, "cuda ignore_index = class 3, unchecked", 0);
       c = xt_case_default(DTYPES[d], 17, 3001);
       c.reduction = REDS[r];
       c.ignore_frac = 1.0;
       errors += cuda_run_case(&c, &rng, "cuda all rows ignored", 0);
+      c.grad = 0;
+      c.check = XENT_TARGETS_UNCHECKED;
+      errors += cuda_run_case(&c, &rng, "cuda all rows ignored, unchecked", 0);
+      c.grad = 1;
+      c.check = XENT_TARGETS_CHECKED;
       xt_everything(&c);
       c.ignore_frac = 1.0;
       errors += cuda_run_case(&c, &rng, "cuda all rows ignored, everything", RUN_TWO_READ);
@@ -1187,6 +1197,13 @@ static void test_cuda_workspace_and_determinism(void **state) {
         /* Run again: bit-identical. */
         assert_int_equal(run_into(&pb, &dv, &b, bb, &ex_null), XENT_OK);
         snprintf(d2, sizeof d2, "%s%s: second run", desc, two ? " two-read" : "");
+        errors += xt_compare_bits(&pb, &a, aa, &b, bb, d2);
+        /* Ordinary launches instead of programmatic ones (sm_90+): the same bits. */
+        xent_tune_pdl(0);
+        xent_status pst = run_into(&pb, &dv, &b, bb, &ex_ws);
+        xent_tune_pdl(1);
+        assert_int_equal(pst, XENT_OK);
+        snprintf(d2, sizeof d2, "%s%s: ordinary launches", desc, two ? " two-read" : "");
         errors += xt_compare_bits(&pb, &a, aa, &b, bb, d2);
         /* The legacy default stream gives the same bits. */
         xent_exec ex_legacy = cuda_exec(NULL, 0);
