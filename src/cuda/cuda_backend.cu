@@ -270,6 +270,18 @@ void set_pdl(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr, int sm_major) {
   cfg->numAttrs++;
 }
 
+/* A launch of `grid` blocks of `threads` threads on `stream`, programmatic
+ * where set_pdl allows it; `attr` is the storage of its one attribute. */
+cudaLaunchConfig_t plain_config(unsigned grid, unsigned threads, cudaStream_t stream,
+                                cudaLaunchAttribute *attr, int sm_major) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid, 1, 1);
+  cfg.blockDim = dim3(threads, 1, 1);
+  cfg.stream = stream;
+  set_pdl(&cfg, attr, sm_major);
+  return cfg;
+}
+
 /* A persistent kernel's grid: as many clusters of l.cluster blocks (the
  * ring) or blocks (the stream kernel, which also runs below sm_90, where the
  * cluster query does not exist) as can be resident at once, cached per
@@ -684,12 +696,8 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
       f.loss = out->loss;
       f.z_loss = out->z_loss;
       f.acc = out->token_accuracy;
-      cudaLaunchConfig_t cfg = {};
       cudaLaunchAttribute attr[1];
-      cfg.gridDim = dim3(1, 1, 1);
-      cfg.blockDim = dim3(kFinalizeThreads, 1, 1);
-      cfg.stream = stream;
-      set_pdl(&cfg, attr, dp->sm_major);
+      const cudaLaunchConfig_t cfg = plain_config(1, kFinalizeThreads, stream, attr, dp->sm_major);
       cudaError_t e = cudaLaunchKernelEx(&cfg, finalize_kernel, f);
       if (e != cudaSuccess) {
         st = cuda_fail(e, "finalize_kernel launch");
@@ -756,12 +764,9 @@ xent_status launch_scale(const scale_params &s, const dev_props &dp, cudaStream_
   int64_t items = s.rows * chunks, grid = (int64_t)(sms > 0 ? sms : 132) * per_sm * waves;
   if (g_scale_waves < 0 || grid > items) grid = items;
   if (grid > 0x7fffffffLL) grid = 0x7fffffffLL;
-  cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
-  cfg.gridDim = dim3((unsigned)grid, 1, 1);
-  cfg.blockDim = dim3((unsigned)threads, 1, 1);
-  cfg.stream = stream;
-  set_pdl(&cfg, attr, dp.sm_major);
+  const cudaLaunchConfig_t cfg =
+      plain_config((unsigned)grid, (unsigned)threads, stream, attr, dp.sm_major);
   CK(cudaLaunchKernelEx(&cfg, scale_kernel<T>, s, (int)chunks));
   snprintf(g_last_scale, sizeof g_last_scale, "scale threads=%d unroll=%d grid=%lld",
            (int)threads, kScaleUnroll, (long long)grid);

@@ -502,7 +502,7 @@ __device__ __forceinline__ bool call_rejected(const ws_header *verdict) {
 }
 
 /* The first statement of the forward, finalize and scale kernels. On sm_90+
- * the host launches them programmatically (launch_pdl): such a kernel may
+ * the host launches them programmatically (set_pdl): such a kernel may
  * start while the kernel ahead of it in the stream still runs, so it first
  * waits for that grid to finish and its writes to land (a no-op after an
  * ordinary launch). It then lets the kernel behind it launch, whose blocks
