@@ -256,7 +256,7 @@ void set_cluster(cudaLaunchConfig_t *cfg, cudaLaunchAttribute *attr, int K, bool
   cfg->numAttrs = 1;
 }
 
-bool g_pdl = true; /* xent_tune_pdl */
+int g_pdl = 1; /* xent_tune_pdl: 0 none, 1 the rule below, 2 every launch */
 
 /* A programmatic launch (sm_90+): the kernel may start before the one ahead
  * of it in the stream has ended, and waits for it in kernel_enter. `attr`
@@ -413,7 +413,7 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
   cfg.blockDim = dim3((unsigned)block_threads(l), 1, 1);
   cfg.stream = stream;
   set_cluster(&cfg, attr, l.cluster, false);
-  set_pdl(&cfg, attr, dp->sm_major);
+  if (xent_launch_programmatic(&l, dp->sm_major) || g_pdl == 2) set_pdl(&cfg, attr, dp->sm_major);
   CK(cudaLaunchKernelEx(&cfg, k, p));
   const char *name = l.path == XENT_PATH_RING      ? (l.lsu ? "ring-lsu" : "ring")
                      : l.path == XENT_PATH_ONEREAD ? "one-read"
@@ -902,7 +902,7 @@ void xent_tune_backward(int waves) { g_scale_waves = waves; }
 
 void xent_tune_verdict_copy(int on) { g_verdict_copy = on != 0; }
 
-void xent_tune_pdl(int on) { g_pdl = on != 0; }
+void xent_tune_pdl(int on) { g_pdl = on == 0 ? 0 : on == 2 ? 2 : 1; }
 
 int xent_tune_l2_normal(const void *p, size_t bytes, void *stream) {
   if (!p || bytes == 0) return 0; /* nothing to set */

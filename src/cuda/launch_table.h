@@ -192,6 +192,17 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
   return 0;
 }
 
+/* Is the forward launch programmatic (launched while the kernel ahead of it
+ * in the stream runs, waiting for it on the device; sm_90+)? Not for
+ * clusters: on an H200 (bench/NOTES.md v15, full step, same run) every
+ * clustered launch of the table was 0.2 to 1.0 % slower with it (fp32 V =
+ * 128256 to 262144, BT = 8192 to 65536; bf16 V = 262144), while a block per
+ * row gains 1 to 4 us a call (v14). The finalize and scale kernels are
+ * always programmatic on sm_90+. */
+static inline int xent_launch_programmatic(const xent_launch *l, int sm_major) {
+  return sm_major >= 9 && l->cluster == 1;
+}
+
 /* The table. sm_major: compute capability major; es: element bytes; rows:
  * the call's rows; sms: the GPU's multiprocessors. */
 static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab,

@@ -70,8 +70,9 @@ XENT_API void xent_tune_verdict_copy(int on);
 /* With on == 0, the next CUDA calls of this process launch their forward,
  * finalize and scale kernels in the ordinary way, not programmatically
  * (sm_90+: a kernel launched while the one ahead of it runs, waiting for it
- * on the device); 1: back to the default. For the benchmark's side-by-side
- * timing. */
+ * on the device); 2: every one of them programmatically, forward kernels
+ * launched in clusters included (the default leaves those out); 1: back to
+ * the default. For the benchmark's side-by-side timing. */
 XENT_API void xent_tune_pdl(int on);
 
 /* The launch of the last CUDA backward call that ran the scale kernel on

@@ -1198,13 +1198,17 @@ static void test_cuda_workspace_and_determinism(void **state) {
         assert_int_equal(run_into(&pb, &dv, &b, bb, &ex_null), XENT_OK);
         snprintf(d2, sizeof d2, "%s%s: second run", desc, two ? " two-read" : "");
         errors += xt_compare_bits(&pb, &a, aa, &b, bb, d2);
-        /* Ordinary launches instead of programmatic ones (sm_90+): the same bits. */
-        xent_tune_pdl(0);
-        xent_status pst = run_into(&pb, &dv, &b, bb, &ex_ws);
-        xent_tune_pdl(1);
-        assert_int_equal(pst, XENT_OK);
-        snprintf(d2, sizeof d2, "%s%s: ordinary launches", desc, two ? " two-read" : "");
-        errors += xt_compare_bits(&pb, &a, aa, &b, bb, d2);
+        /* Ordinary launches instead of programmatic ones (sm_90+), and every
+         * launch programmatic (clustered forwards too): the same bits. */
+        for (int pdl = 0; pdl <= 2; pdl += 2) {
+          xent_tune_pdl(pdl);
+          xent_status pst = run_into(&pb, &dv, &b, bb, &ex_ws);
+          xent_tune_pdl(1);
+          assert_int_equal(pst, XENT_OK);
+          snprintf(d2, sizeof d2, "%s%s: %s launches", desc, two ? " two-read" : "",
+                   pdl ? "all programmatic" : "ordinary");
+          errors += xt_compare_bits(&pb, &a, aa, &b, bb, d2);
+        }
         /* The legacy default stream gives the same bits. */
         xent_exec ex_legacy = cuda_exec(NULL, 0);
         ex_legacy.stream = NULL;
