@@ -154,10 +154,12 @@ __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const finali
       n += nv[u] ? 1.0 : 0.0;
     }
   }
+  /* Only the sums the call has (uniform over the block: no barrier is
+   * skipped by part of it). */
   l = block_sum_1024(l, sh[0]);
-  z = block_sum_1024(z, sh[1]);
-  a = block_sum_1024(a, sh[2]);
-  n = block_sum_1024(n, sh[3]);
+  if (f.row_z) z = block_sum_1024(z, sh[1]);
+  if (f.row_acc) a = block_sum_1024(a, sh[2]);
+  if (count) n = block_sum_1024(n, sh[3]);
   if (threadIdx.x != 0) return;
   if (h) n = (double)h->n;
   double sl = h ? h->scale_loss : 1.0, sz = h ? h->scale_z : 1.0;
