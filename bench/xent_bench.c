@@ -78,6 +78,7 @@ static const char *const mode_names[MODE_COUNT] = {"forward", "backward", "full"
 
 #define MAX_POINTS 64
 #define MAX_DTYPES 3
+#define MAX_LAUNCHES 32 /* --launch candidates for --tune */
 #define GRAD_OUTPUT_VALUE 0.5f /* the backward mode's upstream gradient (!= 1) */
 #define FLUSH_BYTES ((size_t)256 << 20)
 #define COPY_BYTES ((size_t)2 << 30)
@@ -92,12 +93,12 @@ typedef struct config {
   int threads;        /* CPU threads; 0: the library's default            */
   int iters, warmup;  /* -1: not given                                     */
   int quick, tune;
-  int launch[4];      /* --launch: path, cluster, threads, size            */
-  int launch_given;
+  int launch[MAX_LAUNCHES][4]; /* --launch: path, cluster, threads, size  */
+  int launch_given;   /* how many --launch gave (several only with --tune) */
   int scale_waves;    /* --scale-waves: the backward's grid (0: default)   */
   int checked;        /* --checked: XENT_TARGETS_CHECKED (GPU)             */
   int flush_read;     /* --flush read: the L2 flush reads, leaving it clean */
-  int no_pdl;         /* --no-pdl: ordinary launches (xent_tune_pdl(0))    */
+  int pdl;            /* --pdl N / --no-pdl: xent_tune_pdl(N); -1: default */
   int modes[MODE_COUNT];
   int modes_given;
   xent_dtype dtypes[MAX_DTYPES];
@@ -1032,9 +1033,12 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
       tb->best_ms = s.p50;
       printf("  %-34s %9.4f ms  (%s)\n", "default", s.p50, tb->default_launch);
 
-      for (size_t ci = 0; ci < sizeof tune_candidates / sizeof tune_candidates[0]; ci++) {
-        int pa = tune_candidates[ci][0], cl = tune_candidates[ci][1];
-        int th = tune_candidates[ci][2], sz = tune_candidates[ci][3];
+      /* --launch with --tune: those candidates instead of the list */
+      const size_t n_cand = cfg->launch_given ? (size_t)cfg->launch_given
+                                              : sizeof tune_candidates / sizeof tune_candidates[0];
+      for (size_t ci = 0; ci < n_cand; ci++) {
+        const int *cand = cfg->launch_given ? cfg->launch[ci] : tune_candidates[ci];
+        int pa = cand[0], cl = cand[1], th = cand[2], sz = cand[3];
         char name[96];
         if (pa == 1)
           snprintf(name, sizeof name, "two-read cluster=%d threads=%d%s%s", cl, th,
@@ -1127,7 +1131,8 @@ static void usage(void) {
       "  --launch P,C,T,S          GPU: force one launch of the forward kernels, as\n"
       "                            xent_tune_override(path, cluster, threads, size)\n"
       "                            takes it (src/cuda/tune.h); a point it cannot run\n"
-      "                            fails\n"
+      "                            fails. With --tune, a list 'P,C,T,S;P,C,T,S;...'\n"
+      "                            (up to 32) replaces the built-in candidates\n"
       "  --scale-waves N           GPU: the backward's grid in waves of resident\n"
       "                            blocks (xent_tune_backward; -1: a block per item)\n"
       "  --checked                 GPU: the default checked mode (the forward waits\n"
@@ -1138,6 +1143,8 @@ static void usage(void) {
       "                            dirty lines for the timed call to write back\n"
       "  --no-pdl                  GPU: launch every kernel in the ordinary way, not\n"
       "                            programmatically behind the one ahead (sm_90+)\n"
+      "  --pdl N                   GPU: 0 as --no-pdl, 1 the library's rule (default),\n"
+      "                            2 every launch programmatic, clustered forwards too\n"
       "  --seed N                  random inputs' seed (default 1234)\n"
       "  --help\n");
 }
@@ -1151,22 +1158,30 @@ static long long parse_int(const char *flag, const char *s, long long lo, long l
   return v;
 }
 
-/* --launch P,C,T,S: four integers for xent_tune_override. */
+/* --launch P,C,T,S[;P,C,T,S...]: four integers for xent_tune_override,
+ * each; several (with --tune) are the candidates to time. */
 static void parse_launch(config *c, const char *s) {
   static const long long lo[4] = {1, 0, 32, 0}, hi[4] = {10, 8, 1024, 999999};
   static const char *what[4] = {"path", "cluster", "threads", "size"};
-  char buf[128];
-  if (strlen(s) >= sizeof buf) die_usage("--launch wants P,C,T,S, got '%s'", s);
-  strcpy(buf, s);
-  char *save = NULL, *tok = strtok_r(buf, ",", &save);
-  for (int k = 0; k < 4; k++, tok = strtok_r(NULL, ",", &save)) {
-    if (!tok) die_usage("--launch wants four integers P,C,T,S, got '%s'", s);
-    char flag[32];
-    snprintf(flag, sizeof flag, "--launch %s", what[k]);
-    c->launch[k] = (int)parse_int(flag, tok, lo[k], hi[k]);
+  char list[MAX_LAUNCHES * 32];
+  if (strlen(s) >= sizeof list) die_usage("--launch: list too long, got '%s'", s);
+  strcpy(list, s);
+  c->launch_given = 0;
+  char *lsave = NULL;
+  for (char *one = strtok_r(list, ";", &lsave); one; one = strtok_r(NULL, ";", &lsave)) {
+    if (c->launch_given == MAX_LAUNCHES)
+      die_usage("--launch takes at most %d launches, got '%s'", MAX_LAUNCHES, s);
+    int *l = c->launch[c->launch_given++];
+    char *save = NULL, *tok = strtok_r(one, ",", &save);
+    for (int k = 0; k < 4; k++, tok = strtok_r(NULL, ",", &save)) {
+      if (!tok) die_usage("--launch wants four integers P,C,T,S, got '%s'", s);
+      char flag[32];
+      snprintf(flag, sizeof flag, "--launch %s", what[k]);
+      l[k] = (int)parse_int(flag, tok, lo[k], hi[k]);
+    }
+    if (tok) die_usage("--launch wants four integers P,C,T,S, got '%s'", s);
   }
-  if (tok) die_usage("--launch wants four integers P,C,T,S, got '%s'", s);
-  c->launch_given = 1;
+  if (!c->launch_given) die_usage("--launch wants P,C,T,S, got '%s'", s);
 }
 
 static void parse_dtypes(config *c, const char *s) {
@@ -1217,7 +1232,7 @@ static void parse_modes(config *c, const char *s) {
 
 static void parse_args(config *c, int argc, char **argv) {
   memset(c, 0, sizeof *c);
-  c->iters = c->warmup = -1;
+  c->iters = c->warmup = c->pdl = -1;
   c->seed = 1234;
   c->dtypes[0] = XENT_BFLOAT16;
   c->dtypes[1] = XENT_FLOAT32;
@@ -1247,7 +1262,11 @@ static void parse_args(config *c, int argc, char **argv) {
     else if (!strcmp(name, "--quick")) c->quick = 1;
     else if (!strcmp(name, "--tune")) c->tune = 1;
     else if (!strcmp(name, "--checked")) c->checked = 1;
-    else if (!strcmp(name, "--no-pdl")) c->no_pdl = 1;
+    else if (!strcmp(name, "--no-pdl")) c->pdl = 0;
+    else if (!strcmp(name, "--pdl")) {
+      NEXT_VAL();
+      c->pdl = (int)parse_int(name, val, 0, 2);
+    }
     else if (!strcmp(name, "--flush")) {
       NEXT_VAL();
       if (!strcmp(val, "write")) c->flush_read = 0;
@@ -1300,7 +1319,8 @@ static void parse_args(config *c, int argc, char **argv) {
 #undef NEXT_VAL
   }
   if (c->force_cpu && c->force_gpu) die_usage("--cpu and --gpu exclude each other");
-  if (c->tune && c->launch_given) die_usage("--tune and --launch exclude each other");
+  if (!c->tune && c->launch_given > 1)
+    die_usage("several --launch configurations are --tune's candidates; add --tune");
   if (c->quick && !c->modes_given)
     for (int m = 0; m < MODE_COUNT; m++) c->modes[m] = 1;
 }
@@ -1413,7 +1433,7 @@ int main(int argc, char **argv) {
     if (gpu_init(&g, dev, events)) return 1;
     g.checked = cfg.checked;
     g.flush_read = cfg.flush_read;
-    if (cfg.no_pdl) xent_tune_pdl(0);
+    if (cfg.pdl >= 0) xent_tune_pdl(cfg.pdl);
     printf("backend: CUDA, device %d: %s (sm_%d%d, %d SMs, %.1f GB, clusters %s)\n", dev, di.name,
            di.sm_major, di.sm_minor, di.multiprocessors, (double)di.global_memory / 1e9,
            di.cluster_launch ? "yes" : "no");
@@ -1426,7 +1446,8 @@ int main(int argc, char **argv) {
              "stream\n");
     if (cfg.flush_read)
       printf("L2 flush: a read of 256 MiB (--flush read), leaving clean lines\n");
-    if (cfg.no_pdl) printf("launches: ordinary (--no-pdl)\n");
+    if (cfg.pdl == 0) printf("launches: ordinary (--no-pdl)\n");
+    if (cfg.pdl == 2) printf("launches: every one programmatic, clustered forwards too (--pdl 2)\n");
     printf("timing: CUDA events, median (p20 / p80) of %d after %d warm-up; logits refreshed "
            "from a pristine copy and L2 flushed before each iteration, untimed\n",
            iters, warmup);
@@ -1465,8 +1486,8 @@ int main(int argc, char **argv) {
   }
   if (cfg.launch_given) {
     printf("launch forced: path %d cluster %d threads %d size %d (xent_tune_override)\n",
-           cfg.launch[0], cfg.launch[1], cfg.launch[2], cfg.launch[3]);
-    xent_tune_override(cfg.launch[0], cfg.launch[1], cfg.launch[2], cfg.launch[3]);
+           cfg.launch[0][0], cfg.launch[0][1], cfg.launch[0][2], cfg.launch[0][3]);
+    xent_tune_override(cfg.launch[0][0], cfg.launch[0][1], cfg.launch[0][2], cfg.launch[0][3]);
   }
   if (cfg.scale_waves) xent_tune_backward(cfg.scale_waves);
 #endif
