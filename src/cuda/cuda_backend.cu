@@ -17,7 +17,10 @@
  * already queued: they read the same verdict and return at once on a bad
  * target or weight, and the call returns its error. In unchecked mode
  * nothing waits for the device, so the sequence can be captured in a CUDA
- * graph.
+ * graph. On sm_90+ steps 3 and 4 and the backward's scale kernel are
+ * programmatic launches (resident and waiting before the kernel ahead of
+ * them ends), except forward kernels launched in clusters
+ * (xent_launch_programmatic in launch_table.h).
  */
 #include <cuda_runtime.h>
 #include <math.h>
