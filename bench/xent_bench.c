@@ -1048,8 +1048,9 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
                    pa == 7 ? " per-row" : "");
         else if (pa == 9 || pa == 10)
           snprintf(name, sizeof name,
-                   "staged cluster=%d threads=%d+32 vecs=%d slots=%d reuse=%d%s%s", cl, th, sz / 100 % 100, sz % 100, sz / 100000 % 10,
-                   sz / 10000 % 10 ? " l2-hint" : "", pa == 10 ? " static" : "");
+                   "staged cluster=%d threads=%d+32 vecs=%d slots=%d reuse=%d%s%s", cl, th,
+                   sz / 100 % 100, sz % 100, sz / 100000 % 10, sz / 10000 % 10 ? " l2-hint" : "",
+                   pa == 10 ? " static" : "");
         else /* 8, the only other path among the candidates */
           snprintf(name, sizeof name, "warp threads=%d", th);
         xent_tune_override(pa, cl, th, sz);
