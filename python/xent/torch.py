@@ -123,13 +123,29 @@ def _ptr(t: Optional[Tensor]) -> Optional[int]:
     return t.data_ptr()
 
 
+# The current stream's handle without building a torch.cuda.Stream object (the
+# accessor torch's own compiled code uses); absent from CPU-only builds.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream(index: int) -> int:
+    if _raw_stream is not None:
+        return _raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
 def _exec_for(t: Tensor) -> _lib.XentExec:
+    """Where the C call runs: the tensor's device and torch's current stream.
+
+    The C library makes that device current for the call itself (and restores
+    the caller's), so no torch device context is needed around it.
+    """
     ex = _lib.XentExec()
-    if t.device.type == "cuda":
-        index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    if t.is_cuda:
+        index = t.get_device()
         ex.backend = _lib.XENT_BACKEND_CUDA
         ex.device = index
-        ex.stream = torch.cuda.current_stream(index).cuda_stream
+        ex.stream = _current_stream(index)
     elif t.device.type == "cpu":
         ex.backend = _lib.XENT_BACKEND_CPU
         ex.num_threads = 0
@@ -158,9 +174,25 @@ def _check_rows(x: Tensor, name: str) -> None:
         raise ValueError(f"{name} rows overlap (row stride {x.stride(0)} < vocab {v})")
 
 
+_workspace_bytes = {}  # rows -> xent_workspace_size(rows)
+_options = {}  # the Python option values -> their xent_options (read-only to the C call)
+
+
+def _cached_options(key) -> _lib.XentOptions:
+    opt = _options.get(key)
+    if opt is None:
+        if len(_options) > 256:
+            _options.clear()
+        opt = _options[key] = _lib.make_options(*key)
+    return opt
+
+
 def _run_forward(logits, targets, weight, reduction, ignore_index, label_smoothing,
                  lse_square_scale, softcap, check_targets, want_z, want_acc, want_pred,
                  grad):
+    """The C forward on tensors. Returns (loss, z, acc, pred): fp32 loss, and
+    the optional outputs that were asked for (None for the others).
+    """
     # The C library trusts sizes and sides of device buffers: check them here.
     _check_rows(logits, "logits")
     n, v = logits.shape
@@ -173,36 +205,43 @@ def _run_forward(logits, targets, weight, reduction, ignore_index, label_smoothi
         raise ValueError(f"weight must be a contiguous float32 vector of {v} on {dev}")
     f32 = torch.float32
     shape = (n,) if reduction == _lib.XENT_REDUCTION_NONE else ()
+    # Only the outputs asked for are allocated: at small shapes the host time
+    # of each allocation is a visible part of the step (bench/NOTES.md v16).
     loss = torch.empty(shape, dtype=f32, device=dev)
-    z = torch.empty(shape if want_z else (0,), dtype=f32, device=dev)
-    acc = torch.empty(shape if want_acc else (0,), dtype=f32, device=dev)
-    pred = torch.empty((n,) if want_pred else (0,), dtype=torch.int64, device=dev)
+    z = torch.empty(shape, dtype=f32, device=dev) if want_z else None
+    acc = torch.empty(shape, dtype=f32, device=dev) if want_acc else None
+    pred = torch.empty((n,), dtype=torch.int64, device=dev) if want_pred else None
 
-    inp = _lib.XentInput()
-    inp.logits = _ptr(logits)
-    inp.dtype = _DTYPES[logits.dtype]
-    inp.rows = n
-    inp.vocab = v
-    inp.row_stride = _row_stride(logits)
-    inp.targets = _ptr(targets)
-    inp.target_type = _TARGET_TYPES[targets.dtype]
-    inp.weights = _ptr(weight)
-    opt = _lib.make_options(reduction, ignore_index, label_smoothing, lse_square_scale,
-                            softcap, check_targets)
-    out = _lib.XentOutput()
-    out.loss = _ptr(loss)
-    out.z_loss = _ptr(z) if want_z else None
-    out.token_accuracy = _ptr(acc) if want_acc else None
-    out.predicted = _ptr(pred) if want_pred else None
+    inp = _lib.XentInput(_ptr(logits), _DTYPES[logits.dtype], n, v, _row_stride(logits),
+                         _ptr(targets), _TARGET_TYPES[targets.dtype], _ptr(weight))
+    opt = _cached_options((reduction, ignore_index, label_smoothing, lse_square_scale,
+                           softcap, check_targets))
+    out = _lib.XentOutput(_ptr(loss), _ptr(z), _ptr(acc), _ptr(pred), None)
     ex = _exec_for(logits)
-    if dev.type == "cuda":
-        workspace = torch.empty(_lib.workspace_size(n), dtype=torch.uint8, device=dev)
+    if ex.backend == _lib.XENT_BACKEND_CUDA:
+        nbytes = _workspace_bytes.get(n)
+        if nbytes is None:
+            if len(_workspace_bytes) > 256:
+                _workspace_bytes.clear()
+            nbytes = _workspace_bytes[n] = _lib.workspace_size(n)
+        workspace = torch.empty(nbytes, dtype=torch.uint8, device=dev)
         ex.workspace = workspace.data_ptr()
-        ex.workspace_bytes = workspace.numel()
-        with torch.cuda.device(dev):
-            _lib.forward(inp, opt, out, ex, grad)
-    else:
-        _lib.forward(inp, opt, out, ex, grad)
+        ex.workspace_bytes = nbytes
+    _lib.forward(inp, opt, out, ex, grad)
+    return loss, z, acc, pred
+
+
+def _all_outputs(logits, outs):
+    """(loss, z, acc, pred) with empty tensors for the outputs not asked for:
+    the operators' fixed signature."""
+    loss, z, acc, pred = outs
+    f32 = torch.float32
+    if z is None:
+        z = logits.new_empty((0,), dtype=f32)
+    if acc is None:
+        acc = logits.new_empty((0,), dtype=f32)
+    if pred is None:
+        pred = logits.new_empty((0,), dtype=torch.int64)
     return loss, z, acc, pred
 
 
@@ -239,9 +278,9 @@ def _forward_op(
     want_pred: bool,
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Loss and optional outputs; the logits are only read."""
-    return _run_forward(logits, targets, weight, reduction, ignore_index, label_smoothing,
-                        lse_square_scale, softcap, check_targets, want_z, want_acc,
-                        want_pred, grad=False)
+    return _all_outputs(logits, _run_forward(
+        logits, targets, weight, reduction, ignore_index, label_smoothing, lse_square_scale,
+        softcap, check_targets, want_z, want_acc, want_pred, grad=False))
 
 
 @_forward_op.register_fake
@@ -272,9 +311,9 @@ def _forward_grad_op(
     It is an operator output (not a factory call in the graph) so that
     torch.compile saves it for the backward instead of recomputing it.
     """
-    outs = _run_forward(logits, targets, weight, reduction, ignore_index, label_smoothing,
-                        lse_square_scale, softcap, check_targets, want_z, want_acc,
-                        want_pred, grad=True)
+    outs = _all_outputs(logits, _run_forward(
+        logits, targets, weight, reduction, ignore_index, label_smoothing, lse_square_scale,
+        softcap, check_targets, want_z, want_acc, want_pred, grad=True))
     count = logits.shape[0] if reduction == _lib.XENT_REDUCTION_NONE else 1
     return outs + (torch.ones(count, dtype=torch.float32, device=logits.device),)
 
@@ -291,14 +330,8 @@ def _forward_grad_fake(logits, targets, weight, reduction, ignore_index, label_s
 def _scale_rows(grad: Tensor, factor: Tensor) -> None:
     """xent_backward: grad (N, V) *= factor (fp32, 1 or N values, on grad's device)."""
     n, v = grad.shape
-    ex = _exec_for(grad)
-    if grad.device.type == "cuda":
-        with torch.cuda.device(grad.device):
-            _lib.backward(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
-                          factor.data_ptr(), factor.numel(), ex)
-    else:
-        _lib.backward(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
-                      factor.data_ptr(), factor.numel(), ex)
+    _lib.backward(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
+                  factor.data_ptr(), factor.numel(), _exec_for(grad))
 
 
 def _backward_impl(grad: Tensor, grad_output: Tensor, applied: Tensor) -> None:
@@ -361,11 +394,11 @@ def _rescale_eager(grad: Tensor, grad_output: Tensor, applied: Optional[Tensor])
     first backward launches no division and no copy: only xent's scale kernel, which
     skips the pass on the device when the factor is 1. Returns the new state.
     """
-    go = grad_output.reshape(-1)
-    if go.dtype != torch.float32 or go.device != grad.device:
-        go = go.to(device=grad.device, dtype=torch.float32)
-    elif go.data_ptr() == grad_output.data_ptr():
-        go = go.clone()  # kept as the state: not the caller's tensor, which may change
+    # One op: a fresh, dense fp32 copy on grad's device. It is kept as the
+    # state, so never the caller's tensor (which may change), and dense even
+    # when the caller's is an expanded view (the C call reads numel values).
+    go = grad_output.to(device=grad.device, dtype=torch.float32, copy=True,
+                        memory_format=torch.contiguous_format)
     if grad.shape[0] == 0:
         return go
     _scale_rows(grad, go if applied is None else go / applied)
@@ -373,6 +406,9 @@ def _rescale_eager(grad: Tensor, grad_output: Tensor, applied: Optional[Tensor])
 
 
 class _CrossEntropyFunction(torch.autograd.Function):
+    """Outputs: the loss, then those of z, accuracy and predicted tokens that
+    were asked for, in that order (fewer outputs: less autograd work a step)."""
+
     @staticmethod
     def forward(ctx, logits, targets, weight, reduction, ignore_index, label_smoothing,
                 lse_square_scale, softcap, check_targets, want_z, want_acc, want_pred):
@@ -400,12 +436,19 @@ class _CrossEntropyFunction(torch.autograd.Function):
         # directly from the Function loses the upstream gradient under
         # torch.compile. Eager fp32 needs no copy.
         loss = loss.to(dtype=logits.dtype, copy=not ctx.eager)
-        z = z.to(dtype=logits.dtype)
-        ctx.mark_non_differentiable(z, acc, pred)
-        return loss, z, acc, pred
+        extras = []
+        if want_z:
+            extras.append(z.to(dtype=logits.dtype))
+        if want_acc:
+            extras.append(acc)
+        if want_pred:
+            extras.append(pred)
+        if extras:
+            ctx.mark_non_differentiable(*extras)
+        return (loss,) + tuple(extras)
 
     @staticmethod
-    def backward(ctx, grad_loss, grad_z, grad_acc, grad_pred):
+    def backward(ctx, grad_loss, *grad_extras):
         if ctx.eager:
             (grad,) = ctx.saved_tensors
             if grad_loss.numel() != ctx.rows:
@@ -428,7 +471,7 @@ def _as_rows(input: Tensor) -> Tensor:
     if input.dim() == 0:
         raise ValueError("input must have at least one dimension (the vocabulary)")
     v = input.shape[-1]
-    x = input.reshape(-1, v)
+    x = input if input.dim() == 2 else input.reshape(-1, v)
     n = x.shape[0]
     if (v > 1 and n > 0 and x.stride(1) != 1) or (n > 1 and x.stride(0) < v):
         x = x.contiguous()
@@ -470,7 +513,7 @@ def cross_entropy(
     lead = input.shape[:-1]
     x = _as_rows(input)
     n, v = x.shape
-    t = target.reshape(-1)
+    t = target if target.dim() == 1 else target.reshape(-1)
     if t.shape[0] != n:
         raise ValueError(
             f"target has {t.shape[0]} elements but input has {n} rows of {v} classes "
@@ -489,14 +532,20 @@ def cross_entropy(
             bool(return_predicted_tokens))
 
     if input.requires_grad and torch.is_grad_enabled():
-        loss, z, acc, pred = _CrossEntropyFunction.apply(x, *args)
+        outs = _CrossEntropyFunction.apply(x, *args)
+        loss = outs[0]
+        extras = iter(outs[1:])
+        z = next(extras) if return_z_loss else None
+        acc = next(extras) if return_token_accuracy else None
+        pred = next(extras) if return_predicted_tokens else None
     else:
         if torch.compiler.is_compiling():
             loss, z, acc, pred = torch.ops.xent.forward(x, *args)
         else:  # the implementation itself: less host time than the operator's dispatch
             loss, z, acc, pred = _run_forward(x, *args, grad=False)
         loss = loss.to(input.dtype)
-        z = z.to(input.dtype)
+        if return_z_loss:
+            z = z.to(input.dtype)
 
     if red == _lib.XENT_REDUCTION_NONE:
         loss = loss.view(lead)

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Host time of one training step's loss, per provider: what the CPU spends to
+enqueue the forward and backward, apart from the GPU's time.
+
+At small shapes (BT = 1024, say) a step's GPU work takes about 0.1 ms, and the
+time between two CUDA events around it is the host's time to issue it whenever
+the host is the slower side. This script measures that host time directly:
+steps are issued back to back with no flush, no copy and no synchronisation
+between them, and the wall time of each step's Python call is recorded
+(perf_counter). The GPU time of the same steps, measured with events on a
+queue kept full, is printed beside it, so the table says which side bounds the
+step.
+
+    python3 bench/host_time.py --bt 1024 --vocab 128256 --dtype bf16
+    python3 bench/host_time.py --profile 25     # cProfile of xent's step
+
+Needs PyTorch and a CUDA device; the peer (liger_triton) is timed when the
+liger-kernel package imports.
+"""
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bt", type=int, default=1024, help="rows (default 1024)")
+    ap.add_argument("--vocab", type=int, default=128256, help="vocabulary (default 128256)")
+    ap.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
+    ap.add_argument("--mode", choices=("full", "forward", "forward_nograd"), default="full")
+    ap.add_argument("--iters", type=int, default=200, help="timed steps (default 200)")
+    ap.add_argument("--warmup", type=int, default=30, help="untimed steps first (default 30)")
+    ap.add_argument("--providers", default="xent,xent_unchecked,liger_triton,torch",
+                    help="comma-separated: xent, xent_unchecked, liger_triton, torch")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also print the N functions with most own time in xent's step")
+    return ap.parse_args(argv)
+
+
+def quantiles(xs):
+    s = sorted(xs)
+
+    def q(p):
+        return s[min(len(s) - 1, int(p * (len(s) - 1) + 0.5))]
+    return q(0.5), q(0.2), q(0.8)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("host_time: needs PyTorch", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("host_time: needs a CUDA device (the host time of CPU steps is their time)",
+              file=sys.stderr)
+        return 2
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(1234)
+    x = torch.randn(args.bt, args.vocab, device=dev, dtype=torch.float32,
+                    generator=gen).to(dt)
+    y = torch.randint(0, args.vocab, (args.bt,), device=dev, generator=gen)
+
+    fns = {}
+    names = [n.strip() for n in args.providers.split(",") if n.strip()]
+    for name in names:
+        if name in ("xent", "xent_unchecked"):
+            import xent.torch as xt
+            check = name == "xent"
+            fns[name] = (lambda c: lambda a, b: xt.cross_entropy(a, b, check_targets=c))(check)
+        elif name == "liger_triton":
+            try:
+                from liger_kernel.transformers.functional import liger_cross_entropy
+            except Exception as e:  # not installed, or it failed to import
+                print(f"{name}: skipped ({type(e).__name__}: {e})")
+                continue
+            fns[name] = lambda a, b: liger_cross_entropy(a, b)
+        elif name == "torch":
+            fns[name] = lambda a, b: torch.nn.functional.cross_entropy(a, b)
+        else:
+            print(f"host_time: unknown provider {name!r}", file=sys.stderr)
+            return 2
+
+    def step(fn):
+        if args.mode == "forward_nograd":
+            with torch.no_grad():
+                return fn(x, y)
+        x.grad = None
+        loss = fn(x, y)
+        if args.mode == "full":
+            loss.backward()
+        return loss
+
+    print(f"host time per step, {args.mode}, BT={args.bt} V={args.vocab} {args.dtype}, "
+          f"{args.iters} steps after {args.warmup}; {torch.cuda.get_device_name(dev)}")
+    print(f"{'provider':<16}{'host us':>10}{'p20':>9}{'p80':>9}{'GPU us':>10}  bound")
+    x.requires_grad_(args.mode != "forward_nograd")
+    for name, fn in fns.items():
+        for _ in range(args.warmup):
+            step(fn)
+        torch.cuda.synchronize()
+        host = []
+        for _ in range(args.iters):
+            t0 = time.perf_counter()
+            step(fn)
+            host.append((time.perf_counter() - t0) * 1e6)
+        torch.cuda.synchronize()
+        # GPU time: the same steps queued behind a long sleep, so that the host
+        # is ahead and the events time the GPU alone. A provider that waits for
+        # the device inside its step (xent's checked mode, the peer's host
+        # reads) cannot run ahead: its figure is the step's own pace.
+        n = max(20, args.iters // 4)
+        torch.cuda._sleep(int(n * 2e6))  # cycles: about 1 ms a step at 2 GHz
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(n):
+            step(fn)
+        e.record()
+        torch.cuda.synchronize()
+        gpu = s.elapsed_time(e) * 1e3 / n
+        med, p20, p80 = quantiles(host)
+        bound = "host" if med > gpu else "GPU"
+        print(f"{name:<16}{med:>10.1f}{p20:>9.1f}{p80:>9.1f}{gpu:>10.1f}  {bound}")
+    if args.profile and ("xent" in fns or "xent_unchecked" in fns):
+        name = "xent" if "xent" in fns else "xent_unchecked"
+        prof = cProfile.Profile()
+        torch.cuda.synchronize()
+        prof.enable()
+        for _ in range(args.iters):
+            step(fns[name])
+        prof.disable()
+        torch.cuda.synchronize()
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(args.profile)
+        print(f"\ncProfile of {name}, {args.iters} steps (own time first):")
+        print(buf.getvalue())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
