@@ -214,7 +214,6 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
       if (o.hint) /* L2 policies: sm_80+ (only path 1 sets it) */
         ok = ok && dp->sm_major >= 8;
       if (o.path == XENT_PATH_STAGED) {
-        if (o.cluster > 1) o.ticket = 0; /* a cluster's blocks must agree on the rows */
         ok = ok && xent_staged_fits(&o, dp->sm_major, dp->smem_optin);
       }
       if (o.path == XENT_PATH_WARP) /* no gradient; the kernel's launch bounds */

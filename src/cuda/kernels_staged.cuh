@@ -9,7 +9,7 @@
  * persistent grid:
  *
  *   producer (one lane): takes rows (from a device counter, or every
- *     grid-th row over a cluster), announces each in a small queue, and
+ *     grid-th row), announces each in a small queue, and
  *     streams its bytes through a ring of `slots` shared-memory stages of
  *     U 16-byte vectors per consumer thread (U = 4 or 8, a template
  *     parameter) with bulk copies: pass 1 the row's chunks in order, pass 2
@@ -34,6 +34,14 @@
  * (a slice of a row over a cluster), and of each only the chunks pass 2
  * does not reuse need to stay in L2 until it comes back for them.
  *
+ * Rows from the counter over a cluster: the lead block's producer takes
+ * them and mails each to its peers' producers (an asynchronous store into
+ * their shared memory, counted on their barrier), which acknowledge each
+ * read with a remote arrival; a cluster's blocks thus take the same rows in
+ * the same order, and a cluster that streams faster simply takes more rows.
+ * The blocks meet on a cluster barrier before they exit, so that no late
+ * acknowledgement lands in a block that has gone.
+ *
  * Rows may have any alignment: the copies take a row's whole 16-byte
  * vectors, and the elements before and after them (at most 2 * (16 /
  * sizeof(T) - 1)) go through the lead block's consumers directly.
@@ -49,6 +57,7 @@
 namespace xent {
 
 constexpr int kStagedQueue = 8; /* rows the producer may announce ahead */
+constexpr int kStagedMail = 8;  /* rows the lead producer may mail ahead of its peers */
 
 /* A row as the producer announces it. */
 struct staged_row {
@@ -64,6 +73,9 @@ struct staged_smem {
   uint64_t qfull[kStagedQueue];     /* queue entry written                      */
   uint64_t qempty[kStagedQueue];    /* queue entry read (one arrival per warp)  */
   staged_row queue[kStagedQueue];
+  uint64_t mfull[kStagedMail];  /* peers: mail entry landed (the lead's store)           */
+  uint64_t mempty[kStagedMail]; /* lead: mail entry read by every peer (K - 1 arrivals)   */
+  long long mail[kStagedMail];  /* peers: the lead's rows                                 */
   part scratch[kMaxWarps + 1];
   cluster_inbox inbox;
 };
@@ -153,21 +165,42 @@ __device__ void staged_produce(const fwd_params &p, staged_smem &sm, uint4 *ring
     pol1 = poln;
   const uint64_t pol2 = evict_first_policy();
   const int64_t step = (int64_t)(gridDim.x / (unsigned)K);
-  int64_t row = p.row_ticket ? (int64_t)atomicAdd(p.row_ticket, 1ull)
-                             : (int64_t)(blockIdx.x / (unsigned)K);
+  /* With the counter over a cluster, the lead takes the rows and mails them. */
+  const bool mailed = p.row_ticket && K > 1, takes = !mailed || rank == 0;
+  int64_t row = !takes ? 0
+                : p.row_ticket ? (int64_t)atomicAdd(p.row_ticket, 1ull)
+                               : (int64_t)(blockIdx.x / (unsigned)K);
   ring_pos r = {0, 0}; /* the next stage's slot */
   bool used = false;    /* every slot has been filled once */
   for (uint32_t n = 0;; n++) {
     const int qi = (int)(n % kStagedQueue);
     if (n >= (uint32_t)kStagedQueue) mbar_wait(&sm.qempty[qi], (n / kStagedQueue - 1) & 1u);
     staged_row e;
-    e.row = row < p.rows ? row : -1;
+    const int mi = (int)(n % kStagedMail);
+    if (takes) {
+      e.row = row < p.rows ? row : -1;
+      if (mailed) {
+        /* Entry n reuses entry n - kStagedMail's place: wait until every
+         * peer has read that one. */
+        if (n >= (uint32_t)kStagedMail)
+          mbar_wait<true>(&sm.mempty[mi], (n / kStagedMail - 1) & 1u);
+        for (int k = 1; k < K; k++)
+          st_async_s64(map_shared(&sm.mail[mi], (unsigned)k), (long long)e.row,
+                       map_shared(&sm.mfull[mi], (unsigned)k));
+      }
+    } else {
+      mbar_arrive_expect(&sm.mfull[mi], 8u);
+      mbar_wait<true>(&sm.mfull[mi], (n / kStagedMail) & 1u);
+      e.row = *(volatile long long *)&sm.mail[mi];
+      /* The last entry (-1) is not acknowledged: the lead sends nothing after it. */
+      if (e.row >= 0) mbar_arrive_cluster(map_shared(&sm.mempty[mi], 0u));
+    }
     e.y = e.row >= 0 ? load_target(p.targets, p.target64, e.row) : 0;
     sm.queue[qi] = e;
     mbar_arrive(&sm.qfull[qi]); /* releases the entry to the consumers */
     if (e.row < 0) return;
     /* The next row now, so that the counter's round trip overlaps this row. */
-    row = p.row_ticket ? (int64_t)atomicAdd(p.row_ticket, 1ull) : row + step;
+    if (takes) row = p.row_ticket ? (int64_t)atomicAdd(p.row_ticket, 1ull) : row + step;
     if (e.y == p.ignore_index || target_bad(p, e.y)) continue; /* nothing to read */
     const staged_slice sl = staged_locate<T>(p, e.row, K, rank);
     const uint4 *vp = (const uint4 *)(sl.rowp + (int64_t)sl.g.head * ES);
@@ -388,6 +421,10 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
       mbar_init(&sm.qfull[i], 1);
       mbar_init(&sm.qempty[i], (unsigned)nc / 32u);
     }
+    for (int i = 0; i < kStagedMail; i++) {
+      mbar_init(&sm.mfull[i], 1);
+      mbar_init(&sm.mempty[i], (unsigned)(K > 1 ? K - 1 : 1));
+    }
     mbar_init_fence();
   }
   __syncthreads();
@@ -395,8 +432,16 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
     inbox_init(&sm.inbox); /* arrives on the cluster barrier */
     cluster_wait();        /* every peer's inbox is ready */
   }
+  /* Mailed rows: peers acknowledge in the lead's shared memory until their
+   * last row, so every block waits for the whole cluster before it exits. */
+  const bool meet = K > 1 && p.row_ticket;
   if (tid >= nc) {
     if (tid == nc) staged_produce<T>(p, sm, ring, K, rank);
+    if (meet) {
+      __syncwarp(); /* the barrier's .aligned form: the whole warp at once */
+      cluster_arrive();
+      cluster_wait();
+    }
     return;
   }
 
@@ -446,6 +491,10 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
       staged_grad_chunk<T, U, GENERAL>(p, sm, gc, staged_wait(p, sm, ring, r) + tid, vp, sl, c,
                                        nc, r);
     if (lead) grad_extras<T, GENERAL>(p, gc, sl.rowp, sl.g, tid, nc);
+  }
+  if (meet) {
+    cluster_arrive();
+    cluster_wait();
   }
 #else
   (void)p; /* never launched: the host picks this path on sm_90+ only */

@@ -44,8 +44,9 @@
  *             pass 2, never waiting for the arithmetic. Pass 2 reads the
  *             last `reuse` chunks where pass 1 left them in the ring and
  *             copies the others again, from L2. `threads` consumer threads
- *             fold, reduce and write the gradient. With `ticket` (cluster
- *             1) the rows come from a counter in the workspace. Any
+ *             fold, reduce and write the gradient. With `ticket` the rows
+ *             come from a counter in the workspace (over a cluster the
+ *             lead block takes them and mails them to its peers). Any
  *             alignment.
  *   warp      (fwd_warprow): forward without gradient only. A row per warp,
  *             `threads` / 32 rows a block (at most 256 threads), reduced by
@@ -87,8 +88,9 @@ typedef struct xent_launch {
                       measure what the plain kernel saves               */
   int per_row;     /* keep: a row per block (cluster), the rows left to the
                       hardware's block scheduler; 0: a persistent grid   */
-  int ticket;      /* staged, cluster 1: rows handed out by a counter in the
-                      workspace; 0: each block takes every grid-th row   */
+  int ticket;      /* staged: rows handed out by a counter in the workspace
+                      (over a cluster, by the lead block to its peers);
+                      0: each block (cluster) takes every grid-th row    */
   int reuse;       /* staged with a gradient: the last `reuse` chunks of a
                       slice (at most `slots`) stay in shared memory after
                       pass 1, and pass 2 reads them there instead of from
@@ -259,7 +261,12 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
    * bulk copies, pass 1 evict-last), pass 2 reusing the ring's chunks:
    * - a row split over a cluster of K blocks, the fewest of 1, 2, 4, 8 that
    *   leave each block a slice of at most 320 KB (the L2 share v8 and v9
-   *   found); with K = 1 the rows come from a counter in the workspace;
+   *   found); the rows come from a counter in the workspace, which over a
+   *   cluster the lead block reads and mails to its peers: on an H200
+   *   (bench/NOTES.md v16), against every grid-th row per cluster, fp32
+   *   V = 128256 (K = 2) 1.056 to 1.060x at BT = 2048 to 65536, 152064
+   *   1.041x, 201088 (K = 4) 1.012x, 262144 (K = 4) 1.014x; bf16 201088
+   *   1.010x, 262144 1.038x (BT = 65536: 1.041x);
    * - slices from 120 KB: one block per SM, 480 consumer threads, 7 chunks
    *   of 4 vectors a thread (30 KB; 210 KB in all); fp32 slices of 160 to
    *   256 KB 416 threads and 8 chunks of 26 KB. Pass 2 reuses the last
@@ -299,7 +306,7 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
         l.reuse = chunks > l.slots ? l.slots : (int)chunks - 1;
       }
       l.hint = 1;
-      l.ticket = K == 1;
+      l.ticket = 1;
       return l;
     }
   }

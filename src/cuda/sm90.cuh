@@ -213,6 +213,19 @@ __device__ __forceinline__ void st_async_v2(uint32_t addr, float a, int b, uint3
       ::"r"(addr), "r"(__float_as_int(a)), "r"(b), "r"(bar)
       : "memory");
 }
+/* An 8-byte asynchronous store into a peer's shared memory, counted on the
+ * peer's barrier `bar` (both cluster addresses, map_shared). */
+__device__ __forceinline__ void st_async_s64(uint32_t addr, long long v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];"
+               ::"r"(addr), "l"(v), "r"(bar)
+               : "memory");
+}
+/* Arrive on a barrier in a peer's shared memory (a cluster address),
+ * releasing this thread's earlier accesses at cluster scope. */
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(bar)
+               : "memory");
+}
 /* Set up the inbox and arrive on the cluster barrier (all threads). Before
  * its first exchange the block waits on that barrier (cluster_wait), so no
  * peer stores into an inbox that is not initialised yet. */

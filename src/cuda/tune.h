@@ -43,9 +43,10 @@ extern "C" {
  *         8); hint 1: pass 1 loads evict-last; reuse R (at most slots):
  *         pass 2 reads a slice's last R chunks from the ring, where pass 1
  *         left them, instead of copying them again. Clusters of `cluster`
- *         blocks split each row; with cluster 1 the rows come from a counter
- *         in the workspace.
- * path 10: path 9 with every grid-th row per block, no counter.
+ *         blocks split each row; the rows come from a counter in the
+ *         workspace (over a cluster, taken by the lead block and mailed to
+ *         its peers).
+ * path 10: path 9 with every grid-th row per block (cluster), no counter.
  * Paths 1, 2 and 5 to 10 apply to forward calls without a gradient.
  * path 0: back to the launch table. A configuration that cannot run the
  * call fails it with XENT_ERROR_UNSUPPORTED. */

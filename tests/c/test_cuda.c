@@ -217,7 +217,7 @@ enum {
   RUN_TWO_READ_CLUSTER = 256,
   RUN_KEEP_PER_ROW = 512,
   RUN_WARP = 1024,
-  RUN_STAGED = 2048,       /* rows from the workspace's counter (cluster 1) */
+  RUN_STAGED = 2048,       /* rows from the workspace's counter (over a cluster: mailed) */
   RUN_STAGED_STATIC = 4096 /* every grid-th row per block                   */
 };
 
@@ -652,15 +652,18 @@ static void test_cuda_staged(void **state) {
       {262144, 0, 4, 384, 200408, 0, 0},     {128256, 1, 1, 416, 310804, 0, 1},
       {262144, 0, 2, 416, 10804, 0, 0},      {65536, 0, 1, 416, 400404, 0, 0},
       /* the launch table's fp32 shapes: 128 x 8 x 6 without a gradient, 416 x 4 x 8 */
-      {32000, 0, 1, 128, 806, 0, 0},         {50304, 0, 1, 416, 710408, 0, 0}};
+      {32000, 0, 1, 128, 806, 0, 0},         {50304, 0, 1, 416, 710408, 0, 0},
+      /* clusters with enough rows each (10 to 20) that the lead's row mail wraps */
+      {4095, 0, 2, 128, 100402, 0, 1},       {32000, 1, 2, 256, 200404, 0, 0},
+      {50257, 2, 4, 128, 200404, 50264, 1}};
   const int n = (int)(sizeof shapes / sizeof shapes[0]);
   long errors = run_forced_shapes(shapes, n, staged_rows, RUN_STAGED, "cuda staged", "staged",
                                   &rng);
-  /* every grid-th row per block, cluster 1: the shapes above, half of them */
+  /* every grid-th row per block: the clusters above and half of the rest */
   forced_shape plain[sizeof shapes / sizeof shapes[0]];
   int m = 0;
   for (int i = 0; i < n; i++)
-    if (shapes[i].cluster == 1 && i % 2 == 0) plain[m++] = shapes[i];
+    if (shapes[i].cluster > 1 || i % 2 == 0) plain[m++] = shapes[i];
   errors += run_forced_shapes(plain, m, staged_rows, RUN_STAGED_STATIC, "cuda staged static",
                               "staged", &rng);
   assert_int_equal(errors, 0);

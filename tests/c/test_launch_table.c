@@ -68,20 +68,20 @@ static void test_sm90_measured_choices(void **state) {
       {2, 128256, S, 1, 480, 0, 1, 4, 7, 1, 7},    /* 251 KB: 9 chunks, 7 reused    */
       {2, 152064, S, 1, 480, 0, 1, 4, 7, 1, 7},    /* 297 KB                        */
       {2, 163840, S, 1, 480, 0, 1, 4, 7, 1, 7},    /* 320 KB: the last of one block */
-      {2, 163841, S, 2, 480, 0, 1, 4, 7, 0, 5},    /* cluster of 2, every grid-th row */
-      {2, 262144, S, 2, 480, 0, 1, 4, 7, 0, 7},    /* 512 KB                        */
-      {2, 1048576, S, 8, 480, 0, 1, 4, 7, 0, 7},   /* 2 MB: cluster of 8            */
+      {2, 163841, S, 2, 480, 0, 1, 4, 7, 1, 5},    /* cluster of 2, rows mailed    */
+      {2, 262144, S, 2, 480, 0, 1, 4, 7, 1, 7},    /* 512 KB                        */
+      {2, 1048576, S, 8, 480, 0, 1, 4, 7, 1, 7},   /* 2 MB: cluster of 8            */
       {4, 15359, T, 1, 256, 0, 0, 0, 0, 0, 0},     /* just under 60 KB: two reads   */
       {4, 32000, S, 1, 480, 0, 1, 4, 7, 1, 4},     /* 125 KB: 5 chunks, 4 reused    */
       {4, 40959, S, 1, 480, 0, 1, 4, 7, 1, 5},     /* just under 160 KB: 6 chunks   */
       /* fp32 slices of 160 to 256 KB: 416 threads, 8 chunks of 26 KB */
       {4, 40960, S, 1, 416, 0, 1, 4, 8, 1, 6},     /* 160 KB: 7 chunks, 6 reused    */
       {4, 50304, S, 1, 416, 0, 1, 4, 8, 1, 7},     /* 196 KB: 8 chunks, 7 reused    */
-      {4, 128256, S, 2, 416, 0, 1, 4, 8, 0, 8},    /* 501 KB: cluster of 2          */
-      {4, 152064, S, 2, 480, 0, 1, 4, 7, 0, 7},    /* 297 KB slices: 7 chunks again */
-      {4, 201088, S, 4, 416, 0, 1, 4, 8, 0, 7},    /* 785 KB: cluster of 4, 8 chunks */
-      {4, 262144, S, 4, 416, 0, 1, 4, 8, 0, 8},    /* 1 MB: 256 KB slices, the last */
-      {4, 655360, S, 8, 480, 0, 1, 4, 7, 0, 7},    /* 2.5 MB: cluster of 8, the last */
+      {4, 128256, S, 2, 416, 0, 1, 4, 8, 1, 8},    /* 501 KB: cluster of 2          */
+      {4, 152064, S, 2, 480, 0, 1, 4, 7, 1, 7},    /* 297 KB slices: 7 chunks again */
+      {4, 201088, S, 4, 416, 0, 1, 4, 8, 1, 7},    /* 785 KB: cluster of 4, 8 chunks */
+      {4, 262144, S, 4, 416, 0, 1, 4, 8, 1, 8},    /* 1 MB: 256 KB slices, the last */
+      {4, 655360, S, 8, 480, 0, 1, 4, 7, 1, 7},    /* 2.5 MB: cluster of 8, the last */
       {4, 655361, T, 1, 1024, 0, 1, 0, 0, 0, 0},   /* past 8 x 320 KB: two reads    */
       {4, 1048576, T, 1, 1024, 0, 1, 0, 0, 0, 0},
   };
@@ -179,8 +179,8 @@ static void test_invariants(void **state) {
               why = "staged path under 60 KB rows, or its block does not fit an SM";
             else if (staged && grad ? l.reuse < 1 || l.reuse > l.slots : l.reuse != 0)
               why = "staged reuse not 1 to slots chunks with a gradient (or set elsewhere)";
-            else if (l.ticket != (staged && l.cluster == 1))
-              why = "a row counter off the staged path or over a cluster";
+            else if (l.ticket != staged)
+              why = "the staged path without its row counter (or one elsewhere)";
             else if (l.per_row != (l.path == XENT_PATH_KEEP))
               why = "keep launches not a row per block (or per_row set off the keep path)";
             else if (l.hint && !staged &&
