@@ -8,7 +8,8 @@
 # Stages:
 #   build     CMake + Ninja build (Release), cmocka from .deps when offline
 #   test      ctest: C API, CPU and CUDA tests, the benchmark's quick mode
-#   sanitize  compute-sanitizer memcheck and racecheck on the quick CUDA subset
+#   sanitize  compute-sanitizer memcheck and racecheck on the quick CUDA subset, and on one
+#             full step of the launch table's clustered shapes (xent-bench)
 #   tune      xent-bench --tune: candidate launch configurations per shape
 #   bench     xent-bench: the default table
 #   diag      the forward kernels with parts of their work removed (XENT_DIAG builds),
@@ -181,6 +182,21 @@ if has sanitize; then
       build/tests/test_cuda >"$OUT/sanitize-$tool.log" 2>&1
     rc=$?
     note "$tool" "rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize-$tool.log" | tail -1)"
+    # The table's own launches, one full step each, at row counts that give every block
+    # (cluster) 8 to 16 rows: rows split over clusters of 2 and 4, whose lead blocks mail the
+    # rows to their peers, and a row per block. XENT_SANITIZE_SHAPES: "BT:V:dtype ...".
+    for shape in ${XENT_SANITIZE_SHAPES:-1056:128256:fp32 528:262144:fp32 1056:128256:bf16}; do
+      IFS=: read -r bt v dt <<<"$shape"
+      in_time "$tool-$shape" || continue
+      timeout ${XENT_SANITIZE_BENCH_TIMEOUT:-60} compute-sanitizer --tool $tool --error-exitcode 9 \
+        build/bench/xent-bench --mode full --iters 1 --warmup 0 --bt "$bt" --vocab "$v" \
+        --dtype "$dt" >"$LOGS/sanitize-bench.log" 2>&1
+      rc=$?
+      [ $rc = 0 ] || cp "$LOGS/sanitize-bench.log" "$OUT/sanitize-$tool-$bt-$v-$dt.log"
+      note "$tool" "rc=$rc xent-bench $bt x $v $dt: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' \
+        "$LOGS/sanitize-bench.log" | tail -1) $(grep -o 'launch: staged cluster=[0-9]*' \
+        "$LOGS/sanitize-bench.log" | head -1)"
+    done
   done
 fi
 
