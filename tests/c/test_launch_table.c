@@ -68,7 +68,7 @@ static void test_sm90_measured_choices(void **state) {
       {2, 128256, S, 1, 480, 0, 1, 4, 7, 1, 7},    /* 251 KB: 9 chunks, 7 reused    */
       {2, 152064, S, 1, 480, 0, 1, 4, 7, 1, 7},    /* 297 KB                        */
       {2, 163840, S, 1, 480, 0, 1, 4, 7, 1, 7},    /* 320 KB: the last of one block */
-      {2, 163841, S, 2, 480, 0, 1, 4, 7, 1, 5},    /* cluster of 2, rows mailed    */
+      {2, 163841, S, 2, 480, 0, 1, 4, 7, 1, 5},    /* cluster of 2: rows mailed     */
       {2, 262144, S, 2, 480, 0, 1, 4, 7, 1, 7},    /* 512 KB                        */
       {2, 1048576, S, 8, 480, 0, 1, 4, 7, 1, 7},   /* 2 MB: cluster of 8            */
       {4, 15359, T, 1, 256, 0, 0, 0, 0, 0, 0},     /* just under 60 KB: two reads   */
