@@ -48,8 +48,17 @@ def quantiles(xs):
     return q(0.5), q(0.2), q(0.8)
 
 
+PROVIDERS = ("xent", "xent_unchecked", "liger_triton", "torch")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    names = [n.strip() for n in args.providers.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PROVIDERS]
+    if unknown or not names:
+        print(f"host_time: unknown provider(s) {unknown}; choose from {', '.join(PROVIDERS)}",
+              file=sys.stderr)
+        return 2
     try:
         import torch
     except ImportError:
@@ -67,7 +76,6 @@ def main(argv=None) -> int:
     y = torch.randint(0, args.vocab, (args.bt,), device=dev, generator=gen)
 
     fns = {}
-    names = [n.strip() for n in args.providers.split(",") if n.strip()]
     for name in names:
         if name in ("xent", "xent_unchecked"):
             import xent.torch as xt
@@ -80,11 +88,8 @@ def main(argv=None) -> int:
                 print(f"{name}: skipped ({type(e).__name__}: {e})")
                 continue
             fns[name] = lambda a, b: liger_cross_entropy(a, b)
-        elif name == "torch":
+        else:  # torch
             fns[name] = lambda a, b: torch.nn.functional.cross_entropy(a, b)
-        else:
-            print(f"host_time: unknown provider {name!r}", file=sys.stderr)
-            return 2
 
     def step(fn):
         if args.mode == "forward_nograd":
