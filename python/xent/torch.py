@@ -178,13 +178,14 @@ _workspace_bytes = {}  # rows -> xent_workspace_size(rows)
 _options = {}  # the Python option values -> their xent_options (read-only to the C call)
 
 
-def _cached_options(key) -> _lib.XentOptions:
-    opt = _options.get(key)
-    if opt is None:
-        if len(_options) > 256:
-            _options.clear()
-        opt = _options[key] = _lib.make_options(*key)
-    return opt
+def _memo(cache: dict, key, make):
+    """cache[key], made by make(key) on a miss; the cache is emptied past 256 entries."""
+    value = cache.get(key)
+    if value is None:
+        if len(cache) > 256:
+            cache.clear()
+        value = cache[key] = make(key)
+    return value
 
 
 def _run_forward(logits, targets, weight, reduction, ignore_index, label_smoothing,
@@ -214,16 +215,12 @@ def _run_forward(logits, targets, weight, reduction, ignore_index, label_smoothi
 
     inp = _lib.XentInput(_ptr(logits), _DTYPES[logits.dtype], n, v, _row_stride(logits),
                          _ptr(targets), _TARGET_TYPES[targets.dtype], _ptr(weight))
-    opt = _cached_options((reduction, ignore_index, label_smoothing, lse_square_scale,
-                           softcap, check_targets))
+    key = (reduction, ignore_index, label_smoothing, lse_square_scale, softcap, check_targets)
+    opt = _memo(_options, key, lambda k: _lib.make_options(*k))
     out = _lib.XentOutput(_ptr(loss), _ptr(z), _ptr(acc), _ptr(pred), None)
     ex = _exec_for(logits)
     if ex.backend == _lib.XENT_BACKEND_CUDA:
-        nbytes = _workspace_bytes.get(n)
-        if nbytes is None:
-            if len(_workspace_bytes) > 256:
-                _workspace_bytes.clear()
-            nbytes = _workspace_bytes[n] = _lib.workspace_size(n)
+        nbytes = _memo(_workspace_bytes, n, _lib.workspace_size)
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=dev)
         ex.workspace = workspace.data_ptr()
         ex.workspace_bytes = nbytes
