@@ -19,6 +19,7 @@ liger-kernel package imports.
 """
 import argparse
 import cProfile
+import functools
 import io
 import pstats
 import sys
@@ -79,17 +80,16 @@ def main(argv=None) -> int:
     for name in names:
         if name in ("xent", "xent_unchecked"):
             import xent.torch as xt
-            check = name == "xent"
-            fns[name] = (lambda c: lambda a, b: xt.cross_entropy(a, b, check_targets=c))(check)
+            fns[name] = functools.partial(xt.cross_entropy, check_targets=name == "xent")
         elif name == "liger_triton":
             try:
                 from liger_kernel.transformers.functional import liger_cross_entropy
             except Exception as e:  # not installed, or it failed to import
                 print(f"{name}: skipped ({type(e).__name__}: {e})")
                 continue
-            fns[name] = lambda a, b: liger_cross_entropy(a, b)
+            fns[name] = liger_cross_entropy
         else:  # torch
-            fns[name] = lambda a, b: torch.nn.functional.cross_entropy(a, b)
+            fns[name] = torch.nn.functional.cross_entropy
 
     def step(fn):
         if args.mode == "forward_nograd":
