@@ -167,8 +167,14 @@ fwd_kernel pick_kernel(const xent_launch &l, bool general, bool stats) {
       return general ? pick_oneread<T, true>(l.vecs) : pick_oneread<T, false>(l.vecs);
     case XENT_PATH_KEEP: return pick_tworead<T, true>(general, stats);
     case XENT_PATH_WARP:
-      if (general) return fwd_warprow<T, true, true>;
-      return stats ? fwd_warprow<T, false, true> : fwd_warprow<T, false, false>;
+      if (general) return fwd_warprow<T, true, true, 0>;
+      if (stats) return fwd_warprow<T, false, true, 0>;
+      switch (l.vecs) { /* the plain kernel's pipelined pass: vecs a stage */
+        case 4: return fwd_warprow<T, false, false, 4>;
+        case 6: return fwd_warprow<T, false, false, 6>;
+        case 8: return fwd_warprow<T, false, false, 8>;
+      }
+      return fwd_warprow<T, false, false, 0>;
     case XENT_PATH_STAGED:
       if (general) return fwd_staged<T, 4, true, true>;
       if (stats) return fwd_staged<T, 4, false, true>;
@@ -217,7 +223,8 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
         ok = ok && xent_staged_fits(&o, dp->sm_major, dp->smem_optin);
       }
       if (o.path == XENT_PATH_WARP) /* no gradient; the kernel's launch bounds */
-        ok = ok && !c->write_grad && o.cluster == 1 && o.threads <= XENT_MAX_WARP_THREADS;
+        ok = ok && !c->write_grad && o.cluster == 1 && o.threads <= XENT_MAX_WARP_THREADS &&
+             (o.vecs == 0 || o.vecs == 4 || o.vecs == 6 || o.vecs == 8);
       if (o.path == XENT_PATH_ONEREAD)
         ok = ok && o.threads <= XENT_MAX_ONEREAD_THREADS &&
              (o.vecs == 2 || o.vecs == 4 || o.vecs == 8 || o.vecs == 16) &&
@@ -877,7 +884,7 @@ void xent_tune_override(int path, int cluster, int threads, int size) {
     o.path = XENT_PATH_KEEP;
     o.per_row = 1;
   }
-  /* 8: XENT_PATH_WARP, as it is */
+  if (path == XENT_PATH_WARP) o.vecs = size; /* 0, or 4, 6, 8: the pipelined pass */
   if (path == XENT_PATH_STAGED || path == XENT_PATH_STAGED + 1) {
     /* size = reuse * 100000 + hint * 10000 + vecs * 100 + slots; 10: no row
      * counter */

@@ -27,7 +27,9 @@
  *   spills.
  *
  * fwd_warprow: forward without gradient, a row per warp: pass 1 of the
- *   two-read kernel by the warp's 32 lanes, reduced by shuffles alone.
+ *   two-read kernel by the warp's 32 lanes, reduced by shuffles alone. The
+ *   plain kernel (no weights, softcap or statistics) can pipeline its loads
+ *   in two stages instead (PIPE, the launch table's vecs).
  */
 #ifndef XENT_CUDA_KERNELS_FORWARD_CUH
 #define XENT_CUDA_KERNELS_FORWARD_CUH
@@ -413,15 +415,39 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
 
 constexpr int kWarpRowUnroll = 8;
 
-/* Each warp reads one row (pass 1 of the two-read kernel, 8 vectors a lane
- * in flight) and reduces it with shuffles alone: no block barrier, so no
- * warp waits for another and an SM's loads never drain for a reduction.
- * Rows go to warps in order, blockDim / 32 rows a block, a block per group
- * of rows (the hardware hands them out). Forward without gradient only: a
- * gradient would have pass 2 re-read a block's rows, 32 times the bytes of
- * a row per SM in flight, from HBM. */
-template <typename T, bool GENERAL, bool STATS>
+/* This lane's vectors j0, j0 + 32, ... (U of them, those below n) of a row. */
+template <int U>
+__device__ __forceinline__ void warprow_load(uint4 (&v)[U], const uint4 *vp, int j0, int n) {
+#pragma unroll
+  for (int u = 0; u < U; u++)
+    if (j0 + u * 32 < n) v[u] = ld_once(vp + j0 + u * 32);
+}
+
+template <typename T, int U>
+__device__ __forceinline__ void warprow_fold(const fwd_params &p, const uint4 (&v)[U],
+                                             const row_geom &g, int j0, float &m, float &s,
+                                             part &q) {
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    const int j = j0 + u * 32;
+    if (j < g.nvec) fold_vec<T, false, false, false>(p, v[u], g.head + j * elem<T>::N, m, s, q);
+  }
+}
+
+/* Each warp reads one row and reduces it with shuffles alone: no block
+ * barrier, so no warp waits for another and an SM's loads never drain for a
+ * reduction. Rows go to warps in order, blockDim / 32 rows a block, a block
+ * per group of rows (the hardware hands them out). Forward without gradient
+ * only: a gradient would have pass 2 re-read a block's rows, 32 times the
+ * bytes of a row per SM in flight, from HBM.
+ *
+ * PIPE = 0: pass 1 of the two-read kernel, 8 vectors a lane in flight, then
+ * folded (any flags). PIPE = U > 0 (the plain kernel only): two stages of U
+ * vectors a lane, one in flight while the other is folded, the first two
+ * issued beside the target's load rather than after it. */
+template <typename T, bool GENERAL, bool STATS, int PIPE>
 __global__ void __launch_bounds__(256) fwd_warprow(const fwd_params p) {
+  static_assert(PIPE == 0 || (!GENERAL && !STATS), "the pipelined pass is the plain one");
   if (kernel_enter(p.verdict)) return; /* checked mode, a bad target: write nothing */
   const int lane = threadIdx.x & 31;
   const int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -429,6 +455,13 @@ __global__ void __launch_bounds__(256) fwd_warprow(const fwd_params p) {
   const int64_t y64 = load_target(p.targets, p.target64, row);
   const char *rowp = p.x + row * p.stride_bytes;
   const row_geom g = make_geom<T>(rowp, p.vocab);
+  constexpr int UA = PIPE > 0 ? PIPE : 1;
+  const uint4 *vp = (const uint4 *)(rowp + (int64_t)g.head * (int)sizeof(T));
+  uint4 a[UA], b[UA];
+  if (PIPE > 0) { /* read whatever the target says: an ignored row wastes these */
+    warprow_load(a, vp, lane, g.nvec);
+    warprow_load(b, vp, lane + UA * 32, g.nvec);
+  }
   const bool bad = target_bad(p, y64);
   if (bad || y64 == p.ignore_index) {
     if (lane == 0) skipped_row_outputs(p, row, bad);
@@ -437,12 +470,28 @@ __global__ void __launch_bounds__(256) fwd_warprow(const fwd_params p) {
   const int y = (int)y64;
   const float xy = lane == 0 ? load_xy<T, GENERAL>(p, rowp, y) : 0.0f;
   part q = part_empty();
-#define XENT_WARPROW_PASS(A, S)                                                              \
-  tworead_pass1<T, GENERAL, A, S, false, kWarpRowUnroll>(p, rowp, g, 0, g.nvec, true, q,     \
+  if (PIPE > 0) {
+    float m = -INFINITY, s = 0.0f;
+    constexpr int step = 2 * UA * 32;
+    for (int ja = lane, jb = lane + UA * 32;; ja += step, jb += step) {
+      if (ja >= g.nvec) break;
+      warprow_fold<T>(p, a, g, ja, m, s, q);
+      warprow_load(a, vp, ja + step, g.nvec);
+      if (jb >= g.nvec) break;
+      warprow_fold<T>(p, b, g, jb, m, s, q);
+      warprow_load(b, vp, jb + step, g.nvec);
+    }
+    fold_extras<T, false, false, false>(p, rowp, g, lane, 32, m, s, q);
+    q.m = m;
+    q.s = s;
+  } else {
+#define XENT_WARPROW_PASS(A, S)                                                            \
+  tworead_pass1<T, GENERAL, A, S, false, kWarpRowUnroll>(p, rowp, g, 0, g.nvec, true, q,   \
                                                           nullptr, 0, lane, 32)
-  if (STATS) XENT_WITH_FLAGS(p, XENT_WARPROW_PASS);
-  else XENT_WARPROW_PASS(false, false);
+    if (STATS) XENT_WITH_FLAGS(p, XENT_WARPROW_PASS);
+    else XENT_WARPROW_PASS(false, false);
 #undef XENT_WARPROW_PASS
+  }
   const part r = XENT_DIAG == 3 ? q : warp_reduce(q);
   finish_row(p, r, xy, row, y, lane == 0);
 }

@@ -51,6 +51,10 @@
  *   warp      (fwd_warprow): forward without gradient only. A row per warp,
  *             `threads` / 32 rows a block (at most 256 threads), reduced by
  *             shuffles with no block barrier. Any GPU, any V, any alignment.
+ *             `vecs` 4, 6 or 8: the plain kernel (no weights, softcap or
+ *             statistics) pipelines its loads in two stages of that many
+ *             16-byte vectors a lane; 0 (and the other kernels): 8 vectors
+ *             in flight, then folded.
  */
 #ifndef XENT_CUDA_LAUNCH_TABLE_H
 #define XENT_CUDA_LAUNCH_TABLE_H
@@ -70,7 +74,8 @@ typedef struct xent_launch {
   int cluster;     /* blocks per row                                      */
   int threads;     /* threads per block (staged: consumer threads, the
                       block has a producer warp more)                     */
-  int vecs;        /* one-read: 16-byte vectors per thread; staged: per
+  int vecs;        /* one-read: 16-byte vectors per thread; warp: a stage
+                      of the pipelined pass (0: none); staged: per
                       consumer thread and chunk (4 or 8; the general and
                       statistics kernels always take 4)                   */
   int slots;       /* ring, staged: shared-memory chunks per block; stream:
@@ -228,6 +233,14 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
     if (row_bytes < 512 * 1024 && rows >= 12LL * (sms > 0 ? sms : 1)) {
       l.path = XENT_PATH_WARP;
       l.threads = 128;
+      /* The plain kernel's pipelined pass: two stages of 4 vectors a lane,
+       * one in flight while the other is folded, the first two issued beside
+       * the target's load (64 registers, as the unpipelined pass). On an
+       * H200 (bench/NOTES.md v17), best pipelined candidate over the
+       * unpipelined pass at BT = 8192: bf16 V = 32000 1.014x, 50304 1.017x,
+       * 128256 1.013x, 152064 1.013x, fp16 32000 1.017x, fp32 128256
+       * 1.015x; bf16 128256 at BT = 2048 1.058x, 32768 1.005x. */
+      l.vecs = 4;
       /* sm_90, fp32 rows of 120 to 256 KB: the staged kernel instead (2
        * blocks per SM of 128 consumer threads, 6 chunks of 16 KB, rows from
        * the workspace's counter), whose bulk copies keep more of the rows in

@@ -108,23 +108,23 @@ static void test_other_gpus_and_no_grad(void **state) {
   expect_pick(7, 1, &sm70);
   for (int sm = 7; sm <= 10; sm++) {
     const want nograd[] = {{2, 262144, T, 1, 256, 0, 0, 0, 0, 0, 0},  /* 512 KB rows */
-                           {2, 32000, W, 1, 128, 0, 0, 0, 0, 0, 0},   /* 62.5 KB     */
-                           {4, 30719, W, 1, 128, 0, 0, 0, 0, 0, 0},   /* under 120 KB */
-                           {2, 128256, W, 1, 128, 0, 0, 0, 0, 0, 0},  /* 251 KB      */
-                           {4, 65537, W, 1, 128, 0, 0, 0, 0, 0, 0},   /* over 256 KB */
-                           {4, 128256, W, 1, 128, 0, 0, 0, 0, 0, 0}}; /* 501 KB      */
+                           {2, 32000, W, 1, 128, 0, 0, 4, 0, 0, 0},   /* 62.5 KB     */
+                           {4, 30719, W, 1, 128, 0, 0, 4, 0, 0, 0},   /* under 120 KB */
+                           {2, 128256, W, 1, 128, 0, 0, 4, 0, 0, 0},  /* 251 KB      */
+                           {4, 65537, W, 1, 128, 0, 0, 4, 0, 0, 0},   /* over 256 KB */
+                           {4, 128256, W, 1, 128, 0, 0, 4, 0, 0, 0}}; /* 501 KB      */
     for (size_t i = 0; i < sizeof nograd / sizeof nograd[0]; i++) expect_pick(sm, 0, &nograd[i]);
     /* fp32 rows of 120 to 256 KB: the staged kernel on sm_90 */
-    const want fp32[] = {{4, 30720, W, 1, 128, 0, 0, 0, 0, 0, 0},  /* 120 KB */
-                         {4, 32000, W, 1, 128, 0, 0, 0, 0, 0, 0},  /* 125 KB */
-                         {4, 65536, W, 1, 128, 0, 0, 0, 0, 0, 0}}; /* 256 KB */
+    const want fp32[] = {{4, 30720, W, 1, 128, 0, 0, 4, 0, 0, 0},  /* 120 KB */
+                         {4, 32000, W, 1, 128, 0, 0, 4, 0, 0, 0},  /* 125 KB */
+                         {4, 65536, W, 1, 128, 0, 0, 4, 0, 0, 0}}; /* 256 KB */
     const want fp32_sm90[] = {{4, 30720, XENT_PATH_STAGED, 1, 128, 0, 0, 8, 6, 1, 0},
                               {4, 32000, XENT_PATH_STAGED, 1, 128, 0, 0, 8, 6, 1, 0},
                               {4, 65536, XENT_PATH_STAGED, 1, 128, 0, 0, 8, 6, 1, 0}};
     for (size_t i = 0; i < sizeof fp32 / sizeof fp32[0]; i++)
       expect_pick(sm, 0, sm == 9 ? &fp32_sm90[i] : &fp32[i]);
     const want few = {2, 128256, T, 1, 256, 0, 0, 0, 0, 0, 0},
-               enough = {2, 128256, W, 1, 128, 0, 0, 0, 0, 0, 0};
+               enough = {2, 128256, W, 1, 128, 0, 0, 4, 0, 0, 0};
     expect_pick_rows(sm, 0, 1024, &few);      /* 7.8 rows per SM  */
     expect_pick_rows(sm, 0, 12 * 132 - 1, &few);
     expect_pick_rows(sm, 0, 12 * 132, &enough);
@@ -155,6 +155,9 @@ static void test_invariants(void **state) {
                       row >= 512 * 1024))
               why = "a row per warp with a gradient, past its launch bounds, with few rows "
                     "or with rows of 512 KB and more";
+            else if (l.path == XENT_PATH_WARP && l.vecs != 0 && l.vecs != 4 && l.vecs != 6 &&
+                     l.vecs != 8)
+              why = "a pipelined row per warp the kernel does not have";
             else if (l.path == XENT_PATH_WARP || staged ? l.threads % 32 != 0
                                                         : l.threads != 256 && l.threads != 512 &&
                                                               l.threads != 1024)
