@@ -95,18 +95,25 @@ if has test && in_time test; then
   # and over 10 in one process. A timeout (XENT_TEST_TIMEOUT, per test) still leaves every
   # other test's result. XENT_TEST_QUICK=1: the quick subset; XENT_TEST_FILTER: only the
   # tests whose names match (a cmocka pattern, '*' and '?'; XENT_SANITIZE_FILTER for the
-  # sanitize stage alone).
+  # sanitize stage alone). The longest tests (XENT_TEST_SHARDED, default test_cuda_staged) run
+  # as XENT_TEST_SHARDS (default 4) processes, each with every n-th case (XENT_TEST_SHARD=k/n).
   stamp "test_cuda"
   tdir=$(mktemp -d)
+  shards=${XENT_TEST_SHARDS:-4}
   grep -o 'cmocka_unit_test(test_cuda_[a-z_0-9]*' tests/c/test_cuda.c | sed 's/.*(//' |
     while read -r name; do
-      case "$name" in ${XENT_TEST_FILTER:-*}) echo "$name" ;; esac
+      case "$name" in ${XENT_TEST_FILTER:-*}) ;; *) continue ;; esac
+      case " ${XENT_TEST_SHARDED:-test_cuda_staged} " in
+        *" $name "*) for k in $(seq 0 $((shards - 1))); do echo "$name $k/$shards"; done ;;
+        *) echo "$name 0/1" ;;
+      esac
     done |
-    XENT_TEST_TIMEOUT=${XENT_TEST_TIMEOUT:-300} TDIR=$tdir xargs -P "${XENT_TEST_JOBS:-8}" -I{} \
-      sh -c 'XENT_TEST_FILTER={} timeout "$XENT_TEST_TIMEOUT" build/tests/test_cuda \
-               >"$TDIR/{}.log" 2>&1; rc=$?; [ $rc = 0 ] || [ $rc = 77 ] || echo "{}: rc=$rc" >>"$TDIR/rc"'
+    XENT_TEST_TIMEOUT=${XENT_TEST_TIMEOUT:-300} TDIR=$tdir xargs -P "${XENT_TEST_JOBS:-8}" -L 1 \
+      sh -c 'log="$TDIR/$0.$(echo "$1" | tr / _).log"
+             XENT_TEST_FILTER=$0 XENT_TEST_SHARD=$1 timeout "$XENT_TEST_TIMEOUT" build/tests/test_cuda \
+               >"$log" 2>&1; rc=$?; [ $rc = 0 ] || [ $rc = 77 ] || echo "$0 ($1): rc=$rc" >>"$TDIR/rc"'
   cat "$tdir"/test_cuda_*.log >"$OUT/test_cuda.log" 2>/dev/null
-  ok=$(grep -cE '^\[       OK' "$OUT/test_cuda.log")
+  ok=$(grep -E '^\[       OK \] test_' "$OUT/test_cuda.log" | sort -u | wc -l) # shards: once
   skipped=$(grep -E '^\[  SKIPPED \] test_' "$OUT/test_cuda.log" | sort -u | wc -l)
   failed=$(cat "$tdir/rc" 2>/dev/null | tr '\n' ' ')
   note test_cuda "$ok passed, $skipped skipped${failed:+, failed or timed out: $failed}"

@@ -38,6 +38,7 @@ static const xent_reduction REDS[] = {XENT_REDUCTION_MEAN, XENT_REDUCTION_SUM,
 
 static int g_devices;
 static int g_quick;
+static int g_shard, g_shards = 1; /* XENT_TEST_SHARD=k/n: every n-th forced case from k */
 static long g_cases;
 static cudaStream_t g_stream;
 
@@ -502,10 +503,12 @@ typedef struct forced_shape {
 static long run_forced_shapes(const forced_shape *shapes, int n, int64_t (*rows)(int64_t),
                               int flags, const char *tag, const char *kernel, xt_rng *rng) {
   long errors = 0;
+  int picked = 0;
   for (int i = 0; i < n; i++) {
     for (int grad = 0; grad < 2; grad++) {
       if (grad && (flags & RUN_WARP)) continue; /* forward without gradient only */
       if (g_quick && (i + grad) % 2 && !(flags & RUN_WARP)) continue;
+      if (picked++ % g_shards != g_shard) continue; /* another shard's case */
       const forced_shape *sh = &shapes[i];
       if (sh->cluster > 1 && !has_sm(9)) continue; /* clusters need sm_90 */
       xt_case c = xt_case_default(DTYPES[sh->d], rows(sh->V), sh->V);
@@ -1818,6 +1821,18 @@ int main(void) {
   /* XENT_TEST_FILTER: run only the tests whose names match (cmocka's '*' and '?'). */
   const char *filter = getenv("XENT_TEST_FILTER");
   if (filter && *filter) cmocka_set_test_filter(filter);
+  /* XENT_TEST_SHARD=k/n: the tests of forced launches (staged, warp, keep,
+   * stream...) run only their cases k, k + n, ...: n processes share one such test. */
+  const char *shard = getenv("XENT_TEST_SHARD");
+  if (shard && *shard) {
+    int k = -1, n = 0;
+    if (sscanf(shard, "%d/%d", &k, &n) != 2 || n < 1 || k < 0 || k >= n) {
+      fprintf(stderr, "XENT_TEST_SHARD=%s: expected k/n with 0 <= k < n\n", shard);
+      return 2;
+    }
+    g_shard = k;
+    g_shards = n;
+  }
   xent_info info;
   if (xent_get_info(&info) != XENT_OK) {
     fprintf(stderr, "xent_get_info failed: %s\n", xent_last_error());
