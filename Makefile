@@ -6,6 +6,9 @@
 BUILD ?= build
 CMAKE_FLAGS ?=
 PYTHON ?= python3
+# CTest tests run side by side (on a GPU the CUDA tests share it; 1 runs them
+# one at a time, for a GPU with little memory).
+CTEST_JOBS ?= 8
 
 .PHONY: all deps build test test-c test-python bench bench-quick clean
 
@@ -21,11 +24,11 @@ build: deps $(BUILD)/CMakeCache.txt
 	@cmake --build $(BUILD) -j
 
 test: build
-	@cd $(BUILD) && ctest --output-on-failure
+	@cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
 	@scripts/pytest.sh
 
 test-c: build
-	@cd $(BUILD) && ctest --output-on-failure
+	@cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
 
 test-python: build
 	@scripts/pytest.sh
