@@ -135,8 +135,7 @@ __global__ void __launch_bounds__(1024, 1) fwd_ring(const fwd_params p) {
    * another's shared memory (the first row's exchange); a block barrier
    * suffices without a cluster. */
   if (K > 1) {
-    cluster_arrive();
-    cluster_wait();
+    cluster_sync();
   } else {
     __syncthreads();
   }
@@ -186,8 +185,7 @@ __global__ void __launch_bounds__(1024, 1) fwd_ring(const fwd_params p) {
       if (K > 1) {
         part *slot = &xchg[exchanges & 1][rank];
         if (tid < K) st_dsmem_part(slot, (unsigned)tid, r);
-        cluster_arrive();
-        cluster_wait();
+        cluster_sync();
         part t = part_empty();
         for (int i = 0; i < K; i++) t = part_merge(t, xchg[exchanges & 1][i]);
         r = t;
@@ -229,8 +227,7 @@ __global__ void __launch_bounds__(1024, 1) fwd_ring(const fwd_params p) {
   }
   if (K > 1) {
     /* No block leaves while another may still write its exchange slots. */
-    cluster_arrive();
-    cluster_wait();
+    cluster_sync();
   }
 #endif
 }

@@ -439,8 +439,7 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
     if (tid == nc) staged_produce<T>(p, sm, ring, K, rank);
     if (meet) {
       __syncwarp(); /* the barrier's .aligned form: the whole warp at once */
-      cluster_arrive();
-      cluster_wait();
+      cluster_sync();
     }
     return;
   }
@@ -492,10 +491,7 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
                                        nc, r);
     if (lead) grad_extras<T, GENERAL>(p, gc, sl.rowp, sl.g, tid, nc);
   }
-  if (meet) {
-    cluster_arrive();
-    cluster_wait();
-  }
+  if (meet) cluster_sync();
 #else
   (void)p; /* never launched: the host picks this path on sm_90+ only */
 #endif

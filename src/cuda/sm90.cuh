@@ -31,6 +31,11 @@ __device__ __forceinline__ void cluster_arrive() {
 __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
+/* Arrive and wait: every thread of every block of the cluster meets here. */
+__device__ __forceinline__ void cluster_sync() {
+  cluster_arrive();
+  cluster_wait();
+}
 /* Address of the same shared variable in block `rank` of this cluster. */
 __device__ __forceinline__ uint32_t map_shared(const void *p, unsigned rank) {
   uint32_t local = (uint32_t)__cvta_generic_to_shared(p), remote;
@@ -82,8 +87,7 @@ __device__ __forceinline__ void st_dsmem_part(part *local, unsigned rank, const 
  * block's shared memory goes away while another block still reads it. */
 __device__ __forceinline__ part cluster_combine(part r, int K, part *exchange, part *scratch) {
   if (threadIdx.x == 0) *exchange = r;
-  cluster_arrive();
-  cluster_wait();
+  cluster_sync();
   if (threadIdx.x < 32) {
     part t = (int)threadIdx.x < K ? ld_dsmem_part(exchange, threadIdx.x) : part_empty();
     t = warp_reduce(t);
