@@ -66,7 +66,9 @@ if has build || [ ! -f build/CMakeCache.txt ]; then
   stamp "build"
   scripts/deps.sh >"$LOGS/deps.log" 2>&1
   . scripts/env.sh
-  if cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_PTX=OFF $XENT_CMAKE_PREFIX >"$LOGS/build.log" 2>&1 &&
+  # XENT_TEST_SHARDS: processes that share test_cuda_staged (CTest registers them).
+  if cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_PTX=OFF \
+       -DXENT_CUDA_TEST_SHARDS="${XENT_TEST_SHARDS:-4}" $XENT_CMAKE_PREFIX >"$LOGS/build.log" 2>&1 &&
      cmake --build build -j 16 >>"$LOGS/build.log" 2>&1; then
     note build ok
   else
@@ -90,35 +92,18 @@ if has test && in_time test; then
     >"$OUT/ctest.log" 2>&1
   note ctest "$(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1) (all but test_cuda)"
   grep -E "FAILED|Failed" "$OUT/ctest.log" | head -10
-  # test_cuda on its own, each test in its own process, XENT_TEST_JOBS (default 8) at a time:
-  # the float64 reference runs on the host, so the full set takes about 4 minutes this way
-  # and over 10 in one process. A timeout (XENT_TEST_TIMEOUT, per test) still leaves every
-  # other test's result. XENT_TEST_QUICK=1: the quick subset; XENT_TEST_FILTER: only the
-  # tests whose names match (a cmocka pattern, '*' and '?'; XENT_SANITIZE_FILTER for the
-  # sanitize stage alone). The longest tests (XENT_TEST_SHARDED, default test_cuda_staged) run
-  # as XENT_TEST_SHARDS (default 4) processes, each with every n-th case (XENT_TEST_SHARD=k/n).
+  # The CUDA tests through CTest, as `make test` runs them: one process per test and
+  # test_cuda_staged in XENT_TEST_SHARDS shards (tests/CMakeLists.txt), XENT_TEST_JOBS
+  # (default 8) at a time. Their float64 reference runs on the host, so the full set takes
+  # about 4 minutes this way and over 10 in one process. XENT_TEST_TIMEOUT: per test, so a
+  # timeout still leaves every other test's result. XENT_TEST_QUICK=1: the quick subset;
+  # XENT_TEST_REGEX: only the tests whose CTest names match (ctest -R).
   stamp "test_cuda"
-  tdir=$(mktemp -d)
-  shards=${XENT_TEST_SHARDS:-4}
-  grep -o 'cmocka_unit_test(test_cuda_[a-z_0-9]*' tests/c/test_cuda.c | sed 's/.*(//' |
-    while read -r name; do
-      case "$name" in ${XENT_TEST_FILTER:-*}) ;; *) continue ;; esac
-      case " ${XENT_TEST_SHARDED:-test_cuda_staged} " in
-        *" $name "*) for k in $(seq 0 $((shards - 1))); do echo "$name $k/$shards"; done ;;
-        *) echo "$name 0/1" ;;
-      esac
-    done |
-    XENT_TEST_TIMEOUT=${XENT_TEST_TIMEOUT:-300} TDIR=$tdir xargs -P "${XENT_TEST_JOBS:-8}" -L 1 \
-      sh -c 'log="$TDIR/$0.$(echo "$1" | tr / _).log"
-             XENT_TEST_FILTER=$0 XENT_TEST_SHARD=$1 timeout "$XENT_TEST_TIMEOUT" build/tests/test_cuda \
-               >"$log" 2>&1; rc=$?; [ $rc = 0 ] || [ $rc = 77 ] || echo "$0 ($1): rc=$rc" >>"$TDIR/rc"'
-  cat "$tdir"/test_cuda_*.log >"$OUT/test_cuda.log" 2>/dev/null
-  ok=$(grep -E '^\[       OK \] test_' "$OUT/test_cuda.log" | sort -u | wc -l) # shards: once
-  skipped=$(grep -E '^\[  SKIPPED \] test_' "$OUT/test_cuda.log" | sort -u | wc -l)
-  failed=$(cat "$tdir/rc" 2>/dev/null | tr '\n' ' ')
-  note test_cuda "$ok passed, $skipped skipped${failed:+, failed or timed out: $failed}"
-  grep -E "^\[  FAILED" "$OUT/test_cuda.log" | head -30
-  rm -rf "$tdir"
+  (cd build && ctest -L cuda -j "${XENT_TEST_JOBS:-8}" --timeout "${XENT_TEST_TIMEOUT:-300}" \
+     --output-on-failure ${XENT_TEST_REGEX:+-R "$XENT_TEST_REGEX"}) >"$OUT/test_cuda.log" 2>&1
+  note test_cuda "$(grep -E 'tests passed|tests failed' "$OUT/test_cuda.log" | tail -1), $(
+    grep -c '(Skipped)' "$OUT/test_cuda.log") skipped"
+  grep -E '\*\*\*(Failed|Timeout|Exception)|Not Run' "$OUT/test_cuda.log" | head -30
 fi
 
 
@@ -184,6 +169,7 @@ if has sanitize; then
   for tool in ${XENT_SANITIZE_TOOLS:-memcheck racecheck}; do
     in_time "$tool" || continue
     stamp "compute-sanitizer $tool"
+    # XENT_SANITIZE_FILTER: only the tests whose names match (a cmocka pattern, '*' and '?').
     XENT_TEST_QUICK=1 XENT_TEST_FILTER=${XENT_SANITIZE_FILTER:-${XENT_TEST_FILTER:-}} \
       timeout ${XENT_SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 \
       build/tests/test_cuda >"$OUT/sanitize-$tool.log" 2>&1
