@@ -236,10 +236,10 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
       /* The plain kernel's pipelined pass: two stages of 4 vectors a lane,
        * one in flight while the other is folded, the first two issued beside
        * the target's load (64 registers, as the unpipelined pass). On an
-       * H200 (bench/NOTES.md v17), best pipelined candidate over the
-       * unpipelined pass at BT = 8192: bf16 V = 32000 1.014x, 50304 1.017x,
-       * 128256 1.013x, 152064 1.013x, fp16 32000 1.017x, fp32 128256
-       * 1.015x; bf16 128256 at BT = 2048 1.058x, 32768 1.005x. */
+       * H200 (bench/NOTES.md v17), against the unpipelined pass in the
+       * same run, BT = 8192: bf16 V = 32000 1.012x, 128256 1.014x, fp16
+       * 32000 1.018x, fp32 128256 1.008x; bf16 128256 at BT = 2048 1.043x.
+       * Stages of 6 were even with 4; of 8 slower at BT = 8192, but for fp32. */
       l.vecs = 4;
       /* sm_90, fp32 rows of 120 to 256 KB: the staged kernel instead (2
        * blocks per SM of 128 consumer threads, 6 chunks of 16 KB, rows from
