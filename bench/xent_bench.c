@@ -872,9 +872,10 @@ static const int64_t tune_vocab_values[] = {32000, 50304, 128256, 152064, 262144
  * thread's first `size` vectors in shared memory; over a cluster, each
  * block's slice of the row; 7: the same with a row per block or cluster
  * instead of a persistent grid), 8 a row per warp (forward without gradient
- * only; with one it reports unsupported), 9 staged (size = chunks pass 2
- * reuses from shared memory * 100000 + hint * 10000 + vectors per thread
- * and chunk * 100 + chunks; 10: every grid-th row, no row counter). The
+ * only; with one it reports unsupported), 9 staged (size = chunks held in
+ * registers * 1000000 + chunks pass 2 reuses from shared memory * 100000 +
+ * hint * 10000 + vectors per thread and chunk * 100 + chunks; 10: every
+ * grid-th row, no row counter). The
  * one-read (2), ring (3, 4) and stream (5) kernels lost to two-read at every size measured
  * (bench/NOTES.md v1, v4, v5) and are left out of the sweep;
  * xent_tune_override still runs them. */
@@ -1048,9 +1049,9 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
                    pa == 7 ? " per-row" : "");
         else if (pa == 9 || pa == 10)
           snprintf(name, sizeof name,
-                   "staged cluster=%d threads=%d+32 vecs=%d slots=%d reuse=%d%s%s", cl, th,
-                   sz / 100 % 100, sz % 100, sz / 100000 % 10, sz / 10000 % 10 ? " l2-hint" : "",
-                   pa == 10 ? " static" : "");
+                   "staged cluster=%d threads=%d+32 vecs=%d slots=%d reuse=%d hold=%d%s%s", cl,
+                   th, sz / 100 % 100, sz % 100, sz / 100000 % 10, sz / 1000000 % 10,
+                   sz / 10000 % 10 ? " l2-hint" : "", pa == 10 ? " static" : "");
         else /* 8, the only other path among the candidates */
           snprintf(name, sizeof name, "warp threads=%d vecs=%d", th, sz);
         xent_tune_override(pa, cl, th, sz);
@@ -1162,7 +1163,7 @@ static long long parse_int(const char *flag, const char *s, long long lo, long l
 /* --launch P,C,T,S[;P,C,T,S...]: four integers for xent_tune_override,
  * each; several (with --tune) are the candidates to time. */
 static void parse_launch(config *c, const char *s) {
-  static const long long lo[4] = {1, 0, 32, 0}, hi[4] = {10, 8, 1024, 999999};
+  static const long long lo[4] = {1, 0, 32, 0}, hi[4] = {10, 8, 1024, 9999999};
   static const char *what[4] = {"path", "cluster", "threads", "size"};
   char list[MAX_LAUNCHES * 32];
   if (strlen(s) >= sizeof list) die_usage("--launch: list too long, got '%s'", s);

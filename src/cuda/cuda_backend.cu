@@ -127,7 +127,7 @@ void leave_device(const device_scope *s) {
 /* Tuning override (xent-bench --tune)                                       */
 /* ------------------------------------------------------------------------ */
 
-xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 int g_override_on = 0;
 thread_local char g_last_launch[160] = "none";
 thread_local char g_last_scale[96] = "none";
@@ -399,6 +399,9 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     cfg.dynamicSmemBytes = (size_t)smem;
     p.ring_slots = l.slots;
     p.ring_reuse = l.reuse;
+    /* as the kernel caps it: nothing to hold without a gradient, no room
+     * in the general and statistics kernels */
+    p.ring_hold = general || stats || !p.write_grad ? 0 : l.hold;
   } else if (l.path == XENT_PATH_KEEP) {
     const int es = (int)xent_dtype_size(dt);
     p.keep_vecs = xent_keep_vecs(&l, es, p.vocab);
@@ -439,8 +442,9 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
              name, l.cluster, l.threads, l.slots, (long long)blocks, general ? " general" : "");
   else if (l.path == XENT_PATH_STAGED)
     snprintf(g_last_launch, sizeof g_last_launch,
-             "%s cluster=%d threads=%d+32 slots=%d reuse=%d chunk=%dKB grid=%lld%s%s%s", name,
-             l.cluster, l.threads, l.slots, l.reuse, p.ring_chunk_vecs / 64, (long long)blocks,
+             "%s cluster=%d threads=%d+32 slots=%d reuse=%d hold=%d chunk=%dKB grid=%lld%s%s%s",
+             name, l.cluster, l.threads, l.slots, l.reuse, p.ring_hold, p.ring_chunk_vecs / 64,
+             (long long)blocks,
              p.row_ticket ? " ticket" : "", l.hint ? " l2-hint" : "", general ? " general" : "");
   else if (l.path == XENT_PATH_KEEP)
     snprintf(g_last_launch, sizeof g_last_launch,
@@ -873,7 +877,7 @@ xent_status xent_cuda_backward(const xent_scale_call *c) {
 }
 
 void xent_tune_override(int path, int cluster, int threads, int size) {
-  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   if (path == XENT_PATH_TWOREAD) {
     o.hint = size & 1;
     o.stats = (size >> 1) & 1;
@@ -886,13 +890,14 @@ void xent_tune_override(int path, int cluster, int threads, int size) {
   }
   if (path == XENT_PATH_WARP) o.vecs = size; /* 0, or 4, 6, 8: the pipelined pass */
   if (path == XENT_PATH_STAGED || path == XENT_PATH_STAGED + 1) {
-    /* size = reuse * 100000 + hint * 10000 + vecs * 100 + slots; 10: no row
-     * counter */
+    /* size = hold * 1000000 + reuse * 100000 + hint * 10000 + vecs * 100 +
+     * slots; 10: no row counter */
     o.path = XENT_PATH_STAGED;
     o.slots = size % 100;
     o.vecs = size / 100 % 100;
     o.hint = size / 10000 % 10 != 0;
     o.reuse = size / 100000 % 10;
+    o.hold = size / 1000000 % 10;
     o.ticket = path == XENT_PATH_STAGED;
   }
   if (path == XENT_PATH_RING || path == XENT_PATH_RING + 1 || path == XENT_PATH_STREAM)

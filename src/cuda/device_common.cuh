@@ -68,6 +68,9 @@ struct fwd_params {
   int ring_lsu;            /* fwd_ring: per-thread copies instead of bulk ones */
   int ring_reuse;          /* fwd_staged with a gradient: a slice's last chunks
                               that pass 2 reads from shared memory (<= slots) */
+  int ring_hold;           /* fwd_staged with a gradient: of the chunks pass 2 does
+                              not reuse, the first ones it takes from registers
+                              (capped by the kernel's own maximum)            */
   int keep_vecs;           /* fwd_tworead<KEEP>: 16-byte vectors per thread held
                               in shared memory between the passes             */
   int l2_hint;             /* fwd_tworead with a gradient: pass 1 loads evict-last,

@@ -29,6 +29,12 @@
  * other chunks again, last first, into the stages after them. A slice of
  * at most R chunks is read once from global memory.
  *
+ * Hold (p.ring_hold = H, the plain kernel of U = 4 only): of the chunks
+ * pass 2 does not reuse, the first H (at most 2) stay in the consumers'
+ * registers from pass 1 (16 registers a chunk), and pass 2 writes them
+ * last; the producer copies only the chunks between them and the reused
+ * ones again. A slice of at most R + H chunks is read once.
+ *
  * HBM traffic is one read and one write of each logit when pass 2 finds
  * the chunks it copies again in L2: the rows in flight are one per block
  * (a slice of a row over a cluster), and of each only the chunks pass 2
@@ -132,6 +138,23 @@ __device__ __forceinline__ int staged_reused(const fwd_params &p, int chunks) {
   return p.write_grad ? min(p.ring_reuse, chunks) : 0;
 }
 
+/* The chunks a kernel may hold in registers between the passes: the plain
+ * kernel of 4 vectors a thread, whose 80 (fp32) to 95 (bf16) registers
+ * left room for 32 more (122 and 127 with them, no spills, sm_90a); the
+ * general and statistics kernels already use 116 to 128. */
+template <int U, bool GENERAL, bool STATS>
+struct staged_hold_max {
+  static constexpr int value = U == 4 && !GENERAL && !STATS ? XENT_STAGED_MAX_HOLD : 0;
+};
+
+/* Of the first `kept` chunks of a slice (those pass 2 does not reuse), the
+ * ones pass 2 takes from registers: chunks 0 to held - 1. The producer and
+ * the consumers compute it alike. */
+template <int HM>
+__device__ __forceinline__ int staged_held(const fwd_params &p, int kept) {
+  return p.write_grad ? min(min(p.ring_hold, HM), kept) : 0;
+}
+
 /* The producer's copy of chunk c of a slice into the slot at r (one lane).
  * `used`: the slot has been filled before, so wait for its release. */
 __device__ __forceinline__ void staged_issue(const fwd_params &p, staged_smem &sm, uint4 *ring,
@@ -151,12 +174,12 @@ __device__ __forceinline__ void staged_issue(const fwd_params &p, staged_smem &s
   if (r.slot == 0) used = true;
 }
 
-template <typename T>
+template <typename T, int HM>
 __device__ void staged_produce(const fwd_params &p, staged_smem &sm, uint4 *ring, int K,
                                unsigned rank) {
   constexpr int ES = (int)sizeof(T);
   /* Pass 1 evict-last (p.l2_hint) or normal, pass 2 evict-first; the
-   * chunks pass 2 reuses from shared memory normal. */
+   * chunks pass 2 reuses from shared memory or registers normal. */
   uint64_t pol1, poln;
   asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(poln));
   if (p.l2_hint && p.write_grad) /* every line read evict-last is written evict-first */
@@ -204,11 +227,13 @@ __device__ void staged_produce(const fwd_params &p, staged_smem &sm, uint4 *ring
     if (e.y == p.ignore_index || target_bad(p, e.y)) continue; /* nothing to read */
     const staged_slice sl = staged_locate<T>(p, e.row, K, rank);
     const uint4 *vp = (const uint4 *)(sl.rowp + (int64_t)sl.g.head * ES);
-    const int kept = sl.chunks - staged_reused(p, sl.chunks); /* chunks pass 2 copies again */
+    /* pass 2 copies chunks held to kept - 1 again */
+    const int kept = sl.chunks - staged_reused(p, sl.chunks);
+    const int held = staged_held<HM>(p, kept);
     for (int c = 0; c < sl.chunks; c++)
-      staged_issue(p, sm, ring, vp, sl, c, r, used, c < kept ? pol1 : poln);
+      staged_issue(p, sm, ring, vp, sl, c, r, used, c >= held && c < kept ? pol1 : poln);
     if (p.write_grad)
-      for (int c = kept - 1; c >= 0; c--) staged_issue(p, sm, ring, vp, sl, c, r, used, pol2);
+      for (int c = kept - 1; c >= held; c--) staged_issue(p, sm, ring, vp, sl, c, r, used, pol2);
   }
 }
 
@@ -308,68 +333,81 @@ __device__ __forceinline__ void fold_stage(const uint4 (&v)[U], float &m, float 
   s += (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
-/* Pass 1 over a slice's stages from r on: an online (max, sum) and the
- * max-pass statistics, the lead block's extra elements included. Thread t
- * takes vectors t, t + nc, ..., t + (U - 1) nc of each stage (a stage holds
- * U * nc vectors, the last one of a slice fewer). Stages from chunk `kept`
- * on stay unreleased, for pass 2. */
+/* Pass 1 for chunk c of a slice, its stage at r: this thread's U vectors
+ * into v (-inf past the slice's end), folded into (m, s) and the max-pass
+ * statistics. Thread t takes vectors t, t + nc, ..., t + (U - 1) nc of each
+ * stage (a stage holds U * nc vectors, the last one of a slice fewer).
+ * Stages from chunk `kept` on stay unreleased, for pass 2. */
 template <typename T, int U, bool GENERAL, bool ARGMAX, bool SMOOTH>
-__device__ __forceinline__ part staged_pass1(const fwd_params &p, staged_smem &sm,
-                                             const uint4 *ring, const staged_slice &sl,
-                                             bool lead, ring_pos &r, int nc, int kept) {
+__device__ __forceinline__ void staged_fold_chunk(const fwd_params &p, staged_smem &sm,
+                                                  const uint4 *ring, const staged_slice &sl,
+                                                  ring_pos &r, int nc, int kept, int c,
+                                                  uint4 (&v)[U], float &m, float &s, part &q) {
   constexpr int VN = elem<T>::N;
   constexpr bool PLAIN = !GENERAL && !ARGMAX && !SMOOTH;
   const int tid = threadIdx.x, CV = p.ring_chunk_vecs;
+  const uint4 *sp = staged_wait(p, sm, ring, r) + tid;
+  const int v0 = sl.jb + c * CV, nv = min(CV, sl.je - v0);
+  if (nv == CV) {
+#pragma unroll
+    for (int u = 0; u < U; u++) v[u] = sp[u * nc];
+  } else {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      constexpr uint32_t ni = word_max<T>::kNegInf;
+      v[u] = tid + u * nc < nv ? sp[u * nc] : make_uint4(ni, ni, ni, ni);
+    }
+  }
+  if (c < kept) staged_release(p, sm, r);
+  else ring_next(r, (uint32_t)p.ring_slots); /* kept for pass 2 */
+  if (PLAIN) {
+    fold_stage<T, U>(v, m, s);
+  } else {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int i = tid + u * nc;
+      if (i < nv)
+        fold_vec<T, GENERAL, ARGMAX, SMOOTH>(p, v[u], sl.g.head + (v0 + i) * VN, m, s, q);
+    }
+  }
+}
+
+/* Pass 1 over a slice's stages from r on: an online (max, sum) and the
+ * max-pass statistics, the lead block's extra elements included. The
+ * vectors of chunks 0 to held - 1 stay in `hold` for pass 2 (HM: the most
+ * the kernel holds; the indices are constants, so `hold` stays in
+ * registers). */
+template <typename T, int U, int HM, bool GENERAL, bool ARGMAX, bool SMOOTH>
+__device__ __forceinline__ part staged_pass1(const fwd_params &p, staged_smem &sm,
+                                             const uint4 *ring, const staged_slice &sl,
+                                             bool lead, ring_pos &r, int nc, int kept, int held,
+                                             uint4 (&hold)[HM > 0 ? HM : 1][U]) {
   float m = -INFINITY, s = 0.0f;
   part q = part_empty();
-  if (lead) fold_extras<T, GENERAL, ARGMAX, SMOOTH>(p, sl.rowp, sl.g, tid, nc, m, s, q);
-  for (int c = 0; c < sl.chunks; c++) {
-    const uint4 *sp = staged_wait(p, sm, ring, r) + tid;
-    const int v0 = sl.jb + c * CV, nv = min(CV, sl.je - v0);
+  if (lead) fold_extras<T, GENERAL, ARGMAX, SMOOTH>(p, sl.rowp, sl.g, threadIdx.x, nc, m, s, q);
+#pragma unroll
+  for (int h = 0; h < HM; h++)
+    if (h < held)
+      staged_fold_chunk<T, U, GENERAL, ARGMAX, SMOOTH>(p, sm, ring, sl, r, nc, kept, h, hold[h],
+                                                       m, s, q);
+  for (int c = held; c < sl.chunks; c++) {
     uint4 v[U];
-    if (nv == CV) {
-#pragma unroll
-      for (int u = 0; u < U; u++) v[u] = sp[u * nc];
-    } else {
-#pragma unroll
-      for (int u = 0; u < U; u++) {
-        constexpr uint32_t ni = word_max<T>::kNegInf;
-        v[u] = tid + u * nc < nv ? sp[u * nc] : make_uint4(ni, ni, ni, ni);
-      }
-    }
-    if (c < kept) staged_release(p, sm, r);
-    else ring_next(r, (uint32_t)p.ring_slots); /* kept for pass 2 */
-    if (PLAIN) {
-      fold_stage<T, U>(v, m, s);
-    } else {
-#pragma unroll
-      for (int u = 0; u < U; u++) {
-        const int i = tid + u * nc;
-        if (i < nv)
-          fold_vec<T, GENERAL, ARGMAX, SMOOTH>(p, v[u], sl.g.head + (v0 + i) * VN, m, s, q);
-      }
-    }
+    staged_fold_chunk<T, U, GENERAL, ARGMAX, SMOOTH>(p, sm, ring, sl, r, nc, kept, c, v, m, s, q);
   }
   q.m = m;
   q.s = s;
   return q;
 }
 
-/* Pass 2 for one stage: this thread's U vectors from shared memory `sp`
- * (already offset by the thread), their gradient to global memory `gp`
- * (likewise), element index j0 for the first; `left`: vectors of the stage
- * from the thread's first on. FULL: the stage is whole, no bounds checks.
- * The slot goes back to the producer as soon as the vectors are loaded. */
+/* The gradient of this thread's U vectors v of a chunk to global memory
+ * `gp` (already offset by the thread), element index j0 for the first;
+ * `left`: vectors of the chunk from the thread's first on. FULL: the chunk
+ * is whole, no bounds checks. */
 template <typename T, int U, bool GENERAL, bool FULL>
-__device__ __forceinline__ void staged_grad(const fwd_params &p, staged_smem &sm,
-                                            const grad_coef &gc, const uint4 *sp, uint4 *gp,
-                                            int j0, int nc, int left, ring_pos &r) {
+__device__ __forceinline__ void staged_write(const fwd_params &p, const grad_coef &gc,
+                                             const uint4 (&v)[U], uint4 *gp, int j0, int nc,
+                                             int left) {
   constexpr int VN = elem<T>::N;
-  uint4 v[U];
-#pragma unroll
-  for (int u = 0; u < U; u++)
-    if (FULL || u * nc < left) v[u] = sp[u * nc];
-  staged_release(p, sm, r);
 #pragma unroll
   for (int u = 0; u < U; u++) {
     if (FULL || u * nc < left) {
@@ -379,6 +417,21 @@ __device__ __forceinline__ void staged_grad(const fwd_params &p, staged_smem &sm
       st_grad(gp + u * nc, elem<T>::pack(f));
     }
   }
+}
+
+/* Pass 2 for one stage: this thread's U vectors from shared memory `sp`
+ * (already offset by the thread), their gradient as staged_write. The slot
+ * goes back to the producer as soon as the vectors are loaded. */
+template <typename T, int U, bool GENERAL, bool FULL>
+__device__ __forceinline__ void staged_grad(const fwd_params &p, staged_smem &sm,
+                                            const grad_coef &gc, const uint4 *sp, uint4 *gp,
+                                            int j0, int nc, int left, ring_pos &r) {
+  uint4 v[U];
+#pragma unroll
+  for (int u = 0; u < U; u++)
+    if (FULL || u * nc < left) v[u] = sp[u * nc];
+  staged_release(p, sm, r);
+  staged_write<T, U, GENERAL, FULL>(p, gc, v, gp, j0, nc, left);
 }
 
 /* Pass 2 for chunk c of a slice: its stage at `sp` (already offset by the
@@ -398,6 +451,21 @@ __device__ __forceinline__ void staged_grad_chunk(const fwd_params &p, staged_sm
   else staged_grad<T, U, GENERAL, false>(p, sm, gc, sp, gp, j0, nc, nv - tid, r);
 }
 
+/* Pass 2 for chunk c of a slice held in this thread's registers `v` since
+ * pass 1 (-inf past the slice's end, never written). */
+template <typename T, int U, bool GENERAL>
+__device__ __forceinline__ void staged_grad_held(const fwd_params &p, const grad_coef &gc,
+                                                 const uint4 (&v)[U], uint4 *vp,
+                                                 const staged_slice &sl, int c, int nc) {
+  constexpr int VN = elem<T>::N;
+  const int tid = threadIdx.x, CV = p.ring_chunk_vecs;
+  const int v0 = sl.jb + c * CV, nv = min(CV, sl.je - v0);
+  uint4 *gp = vp + v0 + tid;
+  const int j0 = sl.g.head + (v0 + tid) * VN;
+  if (nv == CV) staged_write<T, U, GENERAL, true>(p, gc, v, gp, j0, nc, nv - tid);
+  else staged_write<T, U, GENERAL, false>(p, gc, v, gp, j0, nc, nv - tid);
+}
+
 #endif
 
 template <typename T, int U, bool GENERAL, bool STATS>
@@ -407,6 +475,7 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
   constexpr int ES = (int)sizeof(T);
   extern __shared__ __align__(128) uint4 ring[];
   __shared__ staged_smem sm;
+  constexpr int HM = staged_hold_max<U, GENERAL, STATS>::value;
   const int K = p.cluster;
   const int nc = (int)blockDim.x - 32; /* consumer threads; the last warp produces */
   const int tid = threadIdx.x;
@@ -436,7 +505,7 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
    * last row, so every block waits for the whole cluster before it exits. */
   const bool meet = K > 1 && p.row_ticket;
   if (tid >= nc) {
-    if (tid == nc) staged_produce<T>(p, sm, ring, K, rank);
+    if (tid == nc) staged_produce<T, HM>(p, sm, ring, K, rank);
     if (meet) {
       __syncwarp(); /* the barrier's .aligned form: the whole warp at once */
       cluster_sync();
@@ -467,9 +536,11 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
     const int y = (int)e.y;
     const float xy = writer ? load_xy<T, GENERAL>(p, sl.rowp, y) : 0.0f;
     const int kept = sl.chunks - staged_reused(p, sl.chunks);
+    const int held = staged_held<HM>(p, kept);
+    uint4 hold[HM > 0 ? HM : 1][U]; /* chunks 0 to held - 1, for pass 2 */
     part q;
 #define XENT_STAGED_PASS1(A, S) \
-  q = staged_pass1<T, U, GENERAL, A, S>(p, sm, ring, sl, lead, r, nc, kept)
+  q = staged_pass1<T, U, HM, GENERAL, A, S>(p, sm, ring, sl, lead, r, nc, kept, held, hold)
     if (STATS) XENT_WITH_FLAGS(p, XENT_STAGED_PASS1);
     else XENT_STAGED_PASS1(false, false);
 #undef XENT_STAGED_PASS1
@@ -481,14 +552,18 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
 
     uint4 *vp = (uint4 *)(sl.rowp + (int64_t)sl.g.head * ES);
     /* The kept stages first, oldest first (the producer's next copy waits
-     * for the oldest), from shared memory; then the others, last first. */
+     * for the oldest), from shared memory; then the ones copied again, last
+     * first; then the held ones, from registers (no slot waits for them). */
     ring_pos b = ring_back(r, (uint32_t)(sl.chunks - kept), (uint32_t)p.ring_slots);
     for (int c = kept; c < sl.chunks; c++)
       staged_grad_chunk<T, U, GENERAL>(p, sm, gc, ring + (size_t)b.slot * CV + tid, vp, sl, c, nc,
                                        b);
-    for (int c = kept - 1; c >= 0; c--)
+    for (int c = kept - 1; c >= held; c--)
       staged_grad_chunk<T, U, GENERAL>(p, sm, gc, staged_wait(p, sm, ring, r) + tid, vp, sl, c,
                                        nc, r);
+#pragma unroll
+    for (int h = HM - 1; h >= 0; h--)
+      if (h < held) staged_grad_held<T, U, GENERAL>(p, gc, hold[h], vp, sl, h, nc);
     if (lead) grad_extras<T, GENERAL>(p, gc, sl.rowp, sl.g, tid, nc);
   }
   if (meet) cluster_sync();

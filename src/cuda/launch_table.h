@@ -42,8 +42,9 @@
  *             shared-memory chunks, `vecs` 16-byte vectors per consumer
  *             thread each, with bulk copies: pass 1, and with a gradient
  *             pass 2, never waiting for the arithmetic. Pass 2 reads the
- *             last `reuse` chunks where pass 1 left them in the ring and
- *             copies the others again, from L2. `threads` consumer threads
+ *             last `reuse` chunks where pass 1 left them in the ring,
+ *             the first `hold` from the consumers' registers, and copies
+ *             the others again, from L2. `threads` consumer threads
  *             fold, reduce and write the gradient. With `ticket` the rows
  *             come from a counter in the workspace (over a cluster the
  *             lead block takes them and mails them to its peers). Any
@@ -100,6 +101,11 @@ typedef struct xent_launch {
                       slice (at most `slots`) stay in shared memory after
                       pass 1, and pass 2 reads them there instead of from
                       L2; a slice of at most `reuse` chunks is read once */
+  int hold;        /* staged with a gradient, the plain kernel of 4 vectors a
+                      thread: of the chunks pass 2 does not reuse, the
+                      first `hold` (at most XENT_STAGED_MAX_HOLD) stay in
+                      the consumers' registers instead of being copied
+                      again; 0: all of them are copied again             */
 } xent_launch;
 
 enum {
@@ -115,7 +121,8 @@ enum {
   XENT_STAGED_MAX_SLOTS = 16,
   XENT_STAGED_MAX_THREADS = 512,   /* fwd_staged's block, producer warp included:
                                       up to 128 registers a thread             */
-  XENT_STAGED_STATIC_SMEM = 2560   /* fwd_staged's barriers, queue, inbox        */
+  XENT_STAGED_STATIC_SMEM = 2560,  /* fwd_staged's barriers, queue, inbox        */
+  XENT_STAGED_MAX_HOLD = 2         /* fwd_staged's chunks held in registers      */
 };
 
 /* Can the staged path run with this configuration? `threads` counts the
@@ -126,7 +133,8 @@ static inline int xent_staged_fits(const xent_launch *l, int sm_major, int smem_
          l->threads + 32 <= XENT_STAGED_MAX_THREADS &&
          l->cluster >= 1 && l->cluster <= XENT_MAX_CLUSTER && (l->vecs == 4 || l->vecs == 8) &&
          l->slots >= 2 && l->slots <= XENT_STAGED_MAX_SLOTS &&
-         l->reuse >= 0 && l->reuse <= l->slots &&
+         l->reuse >= 0 && l->reuse <= l->slots && l->hold >= 0 &&
+         l->hold <= XENT_STAGED_MAX_HOLD && (l->hold == 0 || l->vecs == 4) &&
          (long long)l->slots * l->vecs * l->threads * 16 + XENT_STAGED_STATIC_SMEM <= smem_optin;
 }
 
@@ -190,7 +198,7 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
                                     int aligned) {
   for (int pass = 0; pass < 2; pass++) {
     for (int K = 1; K <= XENT_MAX_CLUSTER; K++) {
-      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0, 0, 0, 0, 0, 0, 0};
+      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0, 0, 0, 0, 0, 0, 0, 0};
       long long chunks = xent_ring_chunks(vocab, es, K, XENT_RING_CHUNK_VECS);
       if (pass == 0 && chunks * 8 > (long long)slots * 5) continue;
       if (xent_ring_fits(&r, sm_major, es, vocab, aligned)) return K;
@@ -214,7 +222,7 @@ static inline int xent_launch_programmatic(const xent_launch *l, int sm_major) {
  * the call's rows; sms: the GPU's multiprocessors. */
 static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab,
                                            int write_grad, long long rows, int sms) {
-  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   long long row_bytes = vocab * es;
 
   if (!write_grad) {
@@ -284,7 +292,16 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
    *   of 4 vectors a thread (30 KB; 210 KB in all); fp32 slices of 160 to
    *   256 KB 416 threads and 8 chunks of 26 KB. Pass 2 reuses the last
    *   7 (8) chunks, or all but one of a slice of at most 7 (8), so that the
-   *   next row's first chunk streams in during the row's reduction;
+   *   next row's first chunk streams in during the row's reduction. Of
+   *   the chunks not reused, the plain kernel holds the first two in
+   *   registers (hold), so slices of up to 9 (10) chunks are read once: on
+   *   an H200 (bench/NOTES.md v18, same process, against copying them
+   *   again) bf16 V = 102400 1.011x, 128256 1.004x (BT = 65536: 1.009x),
+   *   152064 1.053x, 262144 (K = 2) 1.016x; fp32 32000 1.028x, 152064
+   *   (K = 2) 1.054x, 262144 (K = 4) 1.018x. fp32 rows over a cluster of
+   *   2 in 26 KB chunks hold one chunk fewer than they do not reuse:
+   *   V = 128256 (2 not reused) holding 1 1.016x at BT = 8192 and 65536,
+   *   holding 2 0.994x; V = 102400 (1 not reused) holding it 0.985x;
    * - shorter rows: 128 consumer threads, chunks of 8 vectors a thread
    *   (16 KB), as many as the row has, 2 to 6, all reused (one read): two
    *   or three blocks per SM, whose reductions overlap the others' loads.
@@ -317,6 +334,11 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
       } else {
         l.slots = fine ? 8 : 7;
         l.reuse = chunks > l.slots ? l.slots : (int)chunks - 1;
+        l.hold = XENT_STAGED_MAX_HOLD;
+        if (fine && K == 2) { /* fp32 V = 81921 to 131072: one fewer than not reused */
+          const int copied = (int)chunks - l.reuse - 1;
+          l.hold = copied < 0 ? 0 : copied < l.hold ? copied : l.hold;
+        }
       }
       l.hint = 1;
       l.ticket = 1;

@@ -41,11 +41,15 @@ extern "C" {
  * path 9: the staged kernel (sm_90+): a persistent grid, a producer warp
  *         streaming the rows through a ring of shared-memory chunks with bulk
  *         copies and `threads` consumer threads (the block has 32 more);
- *         size = reuse * 100000 + hint * 10000 + vecs * 100 + slots, e.g.
- *         803: 3 chunks of 8 16-byte vectors per consumer thread (vecs 4 or
- *         8); hint 1: pass 1 loads evict-last; reuse R (at most slots):
- *         pass 2 reads a slice's last R chunks from the ring, where pass 1
- *         left them, instead of copying them again. Clusters of `cluster`
+ *         size = hold * 1000000 + reuse * 100000 + hint * 10000 + vecs *
+ *         100 + slots, e.g. 803: 3 chunks of 8 16-byte vectors per
+ *         consumer thread (vecs 4 or 8); hint 1: pass 1 loads evict-last;
+ *         reuse R (at most slots): pass 2 reads a slice's last R chunks
+ *         from the ring, where pass 1 left them, instead of copying them
+ *         again; hold H (0 to 2, vecs 4): of the other chunks, the first H
+ *         stay in registers between the passes (the plain kernel only:
+ *         calls with weights, softcap or statistics copy them again).
+ *         Clusters of `cluster`
  *         blocks split each row; the rows come from a counter in the
  *         workspace (over a cluster, taken by the lead block and mailed to
  *         its peers).

@@ -682,6 +682,64 @@ static void test_cuda_staged(void **state) {
   assert_int_equal(errors, 0);
 }
 
+/* The staged path's chunks held in registers between the passes (the plain
+ * kernel of 4 vectors a thread, with a gradient): the launch table's bf16
+ * launch (every chunk pass 2 does not reuse held: each row is read once)
+ * and fp32 one (1 of 2 held), one chunk held and others copied again,
+ * fewer chunks not reused than the hold count, a held chunk that is the
+ * slice's partial last one, and clusters of 2 and 4 (mailed rows); packed, padded and
+ * unaligned, ignored rows among them; no accuracy or predicted tokens, so
+ * that the plain kernel runs. Each shape also runs with every feature (the
+ * general kernel, which holds none) and without a gradient (nothing to
+ * hold); the launch must report the chunks it may hold. */
+static void test_cuda_staged_hold(void **state) {
+  (void)state;
+  require_gpu();
+  require_sm(9, "the staged kernel");
+  xt_rng rng = xt_rng_for("test_cuda_staged_hold");
+  /* V, dtype, cluster, consumer threads, size (hold * 1000000 + reuse * 100000 + hint *
+   * 10000 + vectors per thread and chunk * 100 + slots), stride, offset. */
+  const forced_shape shapes[] = {
+      {128256, 1, 1, 480, 2710407, 0, 0},      /* 9 chunks: 7 reused, 2 held     */
+      {128256, 0, 2, 416, 1810408, 0, 1},      /* fp32 over 2 blocks: 1 of 2 held */
+      {50257, 2, 1, 256, 1200404, 50264, 1},   /* 7 chunks: 2 reused, 1 held     */
+      {4095, 0, 1, 128, 2000402, 0, 0},        /* 2 chunks, both held, 1 partial */
+      {4095, 1, 1, 32, 2300404, 0, 1},         /* 4 chunks: 3 reused, 1 of 2 held */
+      {262144, 0, 4, 384, 2200408, 0, 0},      /* 11 chunks: 2 reused, 2 held    */
+      {32000, 0, 1, 480, 2410407, 0, 0},       /* 5 chunks: 4 reused, 1 held     */
+      {262144, 1, 2, 480, 2710407, 262144 + 8, 0}};
+  const int n = (int)(sizeof shapes / sizeof shapes[0]);
+  long errors = 0;
+  int picked = 0;
+  for (int i = 0; i < n; i++) {
+    /* 0: plain with a gradient; 1: every feature; 2: plain without a gradient */
+    for (int variant = 0; variant < 3; variant++) {
+      if (g_quick && variant != 0 && (i + variant) % 2) continue;
+      if (picked++ % g_shards != g_shard) continue; /* another shard's case */
+      const forced_shape *sh = &shapes[i];
+      xt_case c = xt_case_default(DTYPES[sh->d], staged_rows(sh->V), sh->V);
+      c.stride = sh->stride;
+      c.offset = sh->offset;
+      c.ignore_frac = 0.1;
+      c.reduction = REDS[(i + variant) % 3];
+      c.ties = 1;
+      c.grad = variant != 2;
+      /* no accuracy or predicted tokens: the statistics kernel holds none */
+      c.want_acc = c.want_pred = variant == 1;
+      if (variant == 1) xt_everything(&c);
+      g_launch.cluster = sh->cluster;
+      g_launch.threads = sh->threads;
+      g_launch.size = sh->size;
+      const int flags = RUN_STAGED | (i < 2 ? RUN_COMPARE_CPU : 0);
+      errors += cuda_run_case(&c, &rng, "cuda staged hold", flags);
+      char kernel[32];
+      snprintf(kernel, sizeof kernel, "staged hold=%d", variant == 0 ? sh->size / 1000000 : 0);
+      errors += not_launched(kernel, sh->V);
+    }
+  }
+  assert_int_equal(errors, 0);
+}
+
 /* The two-read kernel with a row split over a cluster of 2, 4 or 8 blocks
  * (sm_90+): the blocks exchange their statistics by asynchronous stores
  * into each other's inboxes. One row per cluster, ignored rows among them
@@ -1863,6 +1921,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_keep),
       cmocka_unit_test(test_cuda_keep_per_row),
       cmocka_unit_test(test_cuda_staged),
+      cmocka_unit_test(test_cuda_staged_hold),
       cmocka_unit_test(test_cuda_warp),
       cmocka_unit_test(test_cuda_tworead_cluster),
       cmocka_unit_test(test_cuda_layouts),
