@@ -297,8 +297,8 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
    *   registers (hold), so slices of up to 9 (10) chunks are read once: on
    *   an H200 (bench/NOTES.md v18, same process, against copying them
    *   again) bf16 V = 102400 1.011x, 128256 1.004x (BT = 65536: 1.009x),
-   *   152064 1.053x, 262144 (K = 2) 1.016x; fp32 32000 1.028x, 152064
-   *   (K = 2) 1.054x, 262144 (K = 4) 1.018x. fp32 rows over a cluster of
+   *   152064 1.053x, 262144 (K = 2) 1.015x; fp32 32000 1.028x, 152064
+   *   (K = 2) 1.054x, 262144 (K = 4) 1.017x. fp32 rows over a cluster of
    *   2 in 26 KB chunks hold one chunk fewer than they do not reuse:
    *   V = 128256 (2 not reused) holding 1 1.016x at BT = 8192 and 65536,
    *   holding 2 0.994x; V = 102400 (1 not reused) holding it 0.985x;
