@@ -682,16 +682,17 @@ static void test_cuda_staged(void **state) {
   assert_int_equal(errors, 0);
 }
 
-/* The staged path's chunks held in registers between the passes (the plain
- * kernel of 4 vectors a thread, with a gradient): the launch table's bf16
- * launch (every chunk pass 2 does not reuse held: each row is read once)
- * and fp32 one (1 of 2 held), one chunk held and others copied again,
- * fewer chunks not reused than the hold count, a held chunk that is the
- * slice's partial last one, and clusters of 2 and 4 (mailed rows); packed, padded and
- * unaligned, ignored rows among them; no accuracy or predicted tokens, so
- * that the plain kernel runs. Each shape also runs with every feature (the
- * general kernel, which holds none) and without a gradient (nothing to
- * hold); the launch must report the chunks it may hold. */
+/* The staged path's chunks held in registers between the passes (the
+ * plain kernel of 4 vectors a thread, with a gradient): the launch table's
+ * bf16 launch (every chunk pass 2 does not reuse held: each row is read
+ * once) and fp32 one (1 of 2 held), one chunk held and others copied
+ * again, fewer chunks not reused than the hold count, a held chunk that is
+ * the slice's partial last one, and clusters of 2 and 4 (mailed rows);
+ * packed, padded and unaligned, ignored rows among them; no accuracy or
+ * predicted tokens, so that the plain kernel runs. Each shape also runs
+ * with every feature (the general kernel, which holds none) and without a
+ * gradient (nothing to hold); the launch must report the chunks it may
+ * hold. */
 static void test_cuda_staged_hold(void **state) {
   (void)state;
   require_gpu();
