@@ -444,8 +444,8 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     snprintf(g_last_launch, sizeof g_last_launch,
              "%s cluster=%d threads=%d+32 slots=%d reuse=%d hold=%d chunk=%dKB grid=%lld%s%s%s",
              name, l.cluster, l.threads, l.slots, l.reuse, p.ring_hold, p.ring_chunk_vecs / 64,
-             (long long)blocks,
-             p.row_ticket ? " ticket" : "", l.hint ? " l2-hint" : "", general ? " general" : "");
+             (long long)blocks, p.row_ticket ? " ticket" : "", l.hint ? " l2-hint" : "",
+             general ? " general" : "");
   else if (l.path == XENT_PATH_KEEP)
     snprintf(g_last_launch, sizeof g_last_launch,
              "%s cluster=%d threads=%d smem_vecs=%d grid=%lld%s%s", name, l.cluster, l.threads,

@@ -198,7 +198,8 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
                                     int aligned) {
   for (int pass = 0; pass < 2; pass++) {
     for (int K = 1; K <= XENT_MAX_CLUSTER; K++) {
-      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0, 0, 0, 0, 0, 0, 0, 0};
+      xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0,
+                       0, 0, 0, 0, 0, 0, 0};
       long long chunks = xent_ring_chunks(vocab, es, K, XENT_RING_CHUNK_VECS);
       if (pass == 0 && chunks * 8 > (long long)slots * 5) continue;
       if (xent_ring_fits(&r, sm_major, es, vocab, aligned)) return K;
