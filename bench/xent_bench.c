@@ -97,6 +97,7 @@ typedef struct config {
   int launch_given;   /* how many --launch gave (several only with --tune) */
   int scale_waves;    /* --scale-waves: the backward's grid (0: default)   */
   int checked;        /* --checked: XENT_TARGETS_CHECKED (GPU)             */
+  xent_reduction reduction; /* --reduction (default mean)                  */
   int flush_read;     /* --flush read: the L2 flush reads, leaving it clean */
   int pdl;            /* --pdl N / --no-pdl: xent_tune_pdl(N); -1: default */
   int modes[MODE_COUNT];
@@ -456,6 +457,7 @@ typedef struct cpu_ctx {
   void *pristine, *logits;
   int64_t *targets;
   float loss, grad_one, grad_half;
+  float *row_loss; /* BT losses when the reduction is none */
   size_t bytes;
   xent_input in;
   xent_options opt;
@@ -468,18 +470,23 @@ static void cpu_release(cpu_ctx *c) {
   free(c->pristine);
   free(c->logits);
   free(c->targets);
+  free(c->row_loss);
   c->pristine = c->logits = NULL;
   c->targets = NULL;
+  c->row_loss = NULL;
 }
 
-static int cpu_prepare(cpu_ctx *c, const point *p, xent_dtype dt, int threads, uint64_t seed) {
+static int cpu_prepare(cpu_ctx *c, const point *p, xent_dtype dt, int threads,
+                       xent_reduction reduction, uint64_t seed) {
   memset(c, 0, sizeof *c);
   c->threads = threads;
   c->bytes = (size_t)p->bt * (size_t)p->vocab * dtype_size(dt);
   c->pristine = host_alloc(c->bytes);
   c->logits = host_alloc(c->bytes);
   c->targets = host_alloc((size_t)p->bt * sizeof(int64_t));
-  if (!c->pristine || !c->logits || !c->targets) {
+  if (reduction == XENT_REDUCTION_NONE) c->row_loss = host_alloc((size_t)p->bt * sizeof(float));
+  if (!c->pristine || !c->logits || !c->targets ||
+      (reduction == XENT_REDUCTION_NONE && !c->row_loss)) {
     fprintf(stderr, "xent-bench: host allocation of %zu bytes failed\n", 2 * c->bytes);
     cpu_release(c);
     return -1;
@@ -492,7 +499,8 @@ static int cpu_prepare(cpu_ctx *c, const point *p, xent_dtype dt, int threads, u
   xent_input in = {c->logits, dt, p->bt, p->vocab, 0, c->targets, XENT_INT64, NULL};
   c->in = in;
   c->opt = xent_options_default();
-  xent_output out = {&c->loss, NULL, NULL, NULL, NULL};
+  c->opt.reduction = reduction;
+  xent_output out = {c->row_loss ? c->row_loss : &c->loss, NULL, NULL, NULL, NULL};
   c->out = out;
   c->ex = xent_exec_default();
   c->ex.backend = XENT_BACKEND_CPU;
@@ -606,6 +614,8 @@ typedef struct gpu_ctx {
   xent_output out;
   xent_exec ex;
   int checked;           /* XENT_TARGETS_CHECKED instead of UNCHECKED       */
+  xent_reduction reduction;
+  float *row_loss;       /* BT losses when the reduction is none            */
   int flush_read;        /* flush by reading FLUSH_BYTES, not writing them  */
 } gpu_ctx;
 
@@ -644,7 +654,9 @@ static void gpu_release(gpu_ctx *g) {
   if (g->targets) cudaFree(g->targets);
   if (g->scalars) cudaFree(g->scalars);
   if (g->workspace) cudaFree(g->workspace);
+  if (g->row_loss) cudaFree(g->row_loss);
   g->pristine = g->logits = g->workspace = NULL;
+  g->row_loss = NULL;
   g->targets = NULL;
   g->scalars = NULL;
 }
@@ -699,6 +711,8 @@ static int gpu_prepare(gpu_ctx *g, const point *p, xent_dtype dt, uint64_t seed)
   CUDA_OK(cudaMalloc((void **)&g->targets, (size_t)p->bt * sizeof(int64_t) + 8));
   CUDA_OK(cudaMalloc((void **)&g->scalars, 4 * sizeof(float)));
   CUDA_OK(cudaMalloc(&g->workspace, g->workspace_bytes));
+  if (g->reduction == XENT_REDUCTION_NONE)
+    CUDA_OK(cudaMalloc((void **)&g->row_loss, (size_t)p->bt * sizeof(float)));
   if (gpu_fill_pristine(g, dt, count, seed)) return -1;
 
   int64_t *ht = host_alloc((size_t)p->bt * sizeof(int64_t));
@@ -715,7 +729,8 @@ static int gpu_prepare(gpu_ctx *g, const point *p, xent_dtype dt, uint64_t seed)
   g->in = in;
   g->opt = xent_options_default();
   g->opt.target_check = g->checked ? XENT_TARGETS_CHECKED : XENT_TARGETS_UNCHECKED;
-  xent_output out = {&g->scalars[0], NULL, NULL, NULL, NULL};
+  g->opt.reduction = g->reduction;
+  xent_output out = {g->row_loss ? g->row_loss : &g->scalars[0], NULL, NULL, NULL, NULL};
   g->out = out;
   g->ex = xent_exec_default();
   g->ex.backend = XENT_BACKEND_CUDA;
@@ -1140,6 +1155,8 @@ static void usage(void) {
       "  --checked                 GPU: the default checked mode (the forward waits\n"
       "                            for the device's target check) instead of\n"
       "                            XENT_TARGETS_UNCHECKED\n"
+"  --reduction mean|sum|none the loss's reduction (default mean); none writes\n"
+      "                            BT losses, and the forward needs no final kernel\n"
       "  --flush write|read        GPU: the L2 flush before each timed call writes\n"
       "                            256 MiB (default) or reads them, which leaves no\n"
       "                            dirty lines for the timed call to write back\n"
@@ -1269,6 +1286,13 @@ static void parse_args(config *c, int argc, char **argv) {
       NEXT_VAL();
       c->pdl = (int)parse_int(name, val, 0, 2);
     }
+    else if (!strcmp(name, "--reduction")) {
+      NEXT_VAL();
+      if (!strcmp(val, "mean")) c->reduction = XENT_REDUCTION_MEAN;
+      else if (!strcmp(val, "sum")) c->reduction = XENT_REDUCTION_SUM;
+      else if (!strcmp(val, "none")) c->reduction = XENT_REDUCTION_NONE;
+      else die_usage("--reduction wants mean, sum or none, got '%s'", val);
+    }
     else if (!strcmp(name, "--flush")) {
       NEXT_VAL();
       if (!strcmp(val, "write")) c->flush_read = 0;
@@ -1359,19 +1383,23 @@ static int build_points(const config *c, int gpu, point *pts) {
 /* Main                                                                      */
 /* ------------------------------------------------------------------------ */
 
+static const char *reduction_name(xent_reduction r) {
+  return r == XENT_REDUCTION_NONE ? "none" : r == XENT_REDUCTION_SUM ? "sum" : "mean";
+}
+
 static void make_extra(char *buf, size_t n, const point *p, xent_dtype dt, int gpu, int threads,
-                       int checked) {
+                       int checked, xent_reduction r) {
   if (gpu)
     snprintf(buf, n,
              "{\"BT\": %lld, \"V\": %lld, \"dtype\": \"%s\", \"targets\": \"%s\", "
-             "\"workspace\": \"explicit\", \"reduction\": \"mean\"}",
+             "\"workspace\": \"explicit\", \"reduction\": \"%s\"}",
              (long long)p->bt, (long long)p->vocab, dtype_name(dt),
-             checked ? "checked" : "unchecked");
+             checked ? "checked" : "unchecked", reduction_name(r));
   else
     snprintf(buf, n,
              "{\"BT\": %lld, \"V\": %lld, \"dtype\": \"%s\", \"threads\": %d, "
-             "\"reduction\": \"mean\"}",
-             (long long)p->bt, (long long)p->vocab, dtype_name(dt), threads);
+             "\"reduction\": \"%s\"}",
+             (long long)p->bt, (long long)p->vocab, dtype_name(dt), threads, reduction_name(r));
 }
 
 int main(int argc, char **argv) {
@@ -1434,6 +1462,7 @@ int main(int argc, char **argv) {
     int events = iters > 20 ? iters : 20;
     if (gpu_init(&g, dev, events)) return 1;
     g.checked = cfg.checked;
+    g.reduction = cfg.reduction;
     g.flush_read = cfg.flush_read;
     if (cfg.pdl >= 0) xent_tune_pdl(cfg.pdl);
     printf("backend: CUDA, device %d: %s (sm_%d%d, %d SMs, %.1f GB, clusters %s)\n", dev, di.name,
@@ -1477,8 +1506,8 @@ int main(int argc, char **argv) {
     printf("copy baseline: memcpy of the same BT*V elements on %d thread%s, per point\n",
            threads, threads == 1 ? "" : "s");
   }
-  printf("seed %llu; logits ~ N(0, 2), uniform targets, reduction mean\n",
-         (unsigned long long)cfg.seed);
+  printf("seed %llu; logits ~ N(0, 2), uniform targets, reduction %s\n",
+         (unsigned long long)cfg.seed, reduction_name(cfg.reduction));
 
 #ifdef XENT_BENCH_CUDA
   if (cfg.tune) {
@@ -1522,7 +1551,7 @@ int main(int argc, char **argv) {
       const point *p = &pts[pi];
       xent_dtype dt = cfg.dtypes[di];
       char extra[256];
-      make_extra(extra, sizeof extra, p, dt, gpu, threads, cfg.checked);
+      make_extra(extra, sizeof extra, p, dt, gpu, threads, cfg.checked, cfg.reduction);
       progress(++unit, n_units, p, dt, t0);
       double x_bytes = (double)p->bt * (double)p->vocab * (double)dtype_size(dt);
 
@@ -1578,7 +1607,7 @@ int main(int argc, char **argv) {
         continue;
       }
       cpu_ctx c;
-      if (cpu_prepare(&c, p, dt, threads, cfg.seed)) {
+      if (cpu_prepare(&c, p, dt, threads, cfg.reduction, cfg.seed)) {
         progress_done();
         failures++;
         continue;
