@@ -19,7 +19,12 @@
  * given L2 policy, the flush runs, and a read of the buffer is timed. A read
  * as fast as with no flush at all means the flush left the lines in L2.
  *
- *   xent-stream-probe [--bytes N] [--iters N] [--warmup N]
+ * --read: the floor of a forward without gradient instead, which only reads.
+ * Read-only kernels (plain and .cs loads, a chunk a block or a persistent
+ * grid) over N bytes, after the writing flush and after a reading one, in
+ * bytes read over time, against the memcpy xent-bench measures (2 GiB).
+ *
+ *   xent-stream-probe [--read] [--bytes N] [--iters N] [--warmup N]
  *
  * Prints one line per variant: median ms (p20 / p80), TB/s (bytes read +
  * written over time) and the share of the memcpy's rate in the same run.
@@ -132,6 +137,27 @@ __global__ void read_kernel(const uint4 *p, int64_t n, unsigned *sink) {
   if (acc == 0x9e3779b9u) atomicAdd(sink, 1u);
 }
 
+/* A forward without gradient's floor: chunks of blockDim.x * U vectors,
+ * block b taking chunks b, b + grid, ...; each thread loads its U vectors of
+ * a chunk, then folds them into an xor (kept, so that no load is removed). */
+template <int LD, int U>
+__global__ void read_only_kernel(const uint4 *src, int64_t nvec, unsigned *sink) {
+  const int64_t per_chunk = (int64_t)blockDim.x * U;
+  unsigned acc = 0;
+  for (int64_t base = (int64_t)blockIdx.x * per_chunk; base < nvec;
+       base += (int64_t)gridDim.x * per_chunk) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      int64_t j = base + threadIdx.x + (int64_t)u * blockDim.x;
+      v[u] = j < nvec ? load16<LD>(src + j, 0) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (acc == 0x9e3779b9u) atomicAdd(sink, 1u);
+}
+
 /* Sets the L2 eviction priority of n vectors' lines back to normal. */
 __global__ void normal_priority_kernel(const uint4 *p, int64_t n) {
   for (int64_t j = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8; j < n;
@@ -144,6 +170,7 @@ typedef struct {
   cudaEvent_t ev0[MAX_ITERS], ev1[MAX_ITERS];
   void *flush;
   int iters, warmup, sms;
+  unsigned *sink;
 } probe;
 
 typedef struct {
@@ -259,6 +286,92 @@ static int flush_check(probe *p, uint4 *buf, int64_t n, unsigned *sink, int pol,
   return collect_times(p, out);
 }
 
+typedef void (*read_fn)(const uint4 *, int64_t, unsigned *, int, int, cudaStream_t);
+
+template <int LD, int U>
+static void launch_read(const uint4 *src, int64_t nvec, unsigned *sink, int threads, int grid,
+                        cudaStream_t st) {
+  read_only_kernel<LD, U><<<grid, threads, 0, st>>>(src, nvec, sink);
+}
+
+/* Times a read-only kernel over `nvec` vectors after the writing flush (a
+ * memset, as xent-bench's default) or a reading one (`--flush read`). */
+static int time_read(probe *p, read_fn fn, const uint4 *src, int64_t nvec, int threads, int grid,
+                     int read_flush, stats *out) {
+  const int fgrid = p->sms * 4;
+  const int64_t fvec = (int64_t)(FLUSH_BYTES / 16);
+  for (int it = 0; it < p->warmup + p->iters; it++) {
+    const int k = it - p->warmup;
+    if (read_flush)
+      read_kernel<POL_NORMAL><<<fgrid, 512, 0, p->stream>>>((const uint4 *)p->flush, fvec, p->sink);
+    else
+      CK(cudaMemsetAsync(p->flush, it & 0xff, FLUSH_BYTES, p->stream));
+    if (k >= 0) CK(cudaEventRecord(p->ev0[k], p->stream));
+    fn(src, nvec, p->sink, threads, grid, p->stream);
+    CK(cudaGetLastError());
+    if (k >= 0) CK(cudaEventRecord(p->ev1[k], p->stream));
+  }
+  return collect_times(p, out);
+}
+
+/* --read: the floor of a kernel that only reads `bytes`, against the memcpy
+ * of 2 GiB that xent-bench's ratios use. */
+static int run_read(probe *p, long long bytes) {
+  const int64_t nvec = bytes / 16;
+  const size_t copy_bytes = (size_t)2 << 30;
+  uint4 *a = NULL, *c0 = NULL, *c1 = NULL;
+  CK(cudaMalloc(&a, (size_t)nvec * 16));
+  CK(cudaMemset(a, 0x3f, (size_t)nvec * 16));
+  CK(cudaMalloc(&c0, copy_bytes));
+  CK(cudaMalloc(&c1, copy_bytes));
+  CK(cudaMemset(c0, 0x3f, copy_bytes));
+  stats s;
+  job j = {0, NULL, c0, c1, (int64_t)(copy_bytes / 16), 0, 0};
+  if (time_job(p, &j, &s)) return -1;
+  const double ref = 2.0 * (double)copy_bytes / (s.p50 * 1e-3) / 1e12;
+  printf("%-40s %9s %-19s %7s %7s\n", "variant (bytes read over time)", "ms", "(p20 / p80)",
+         "TB/s", "share");
+  print_row("memcpy 2 GiB (read + written)", &s, 2.0 * (double)copy_bytes, ref);
+  CK(cudaFree(c0));
+  CK(cudaFree(c1));
+  const struct {
+    const char *name;
+    read_fn fn;
+    const void *kernel;
+    int unroll;
+  } vs[] = {
+      {"plain u4", launch_read<LD_PLAIN, 4>, (const void *)read_only_kernel<LD_PLAIN, 4>, 4},
+      {"plain u8", launch_read<LD_PLAIN, 8>, (const void *)read_only_kernel<LD_PLAIN, 8>, 8},
+      {"cs u4", launch_read<LD_CS, 4>, (const void *)read_only_kernel<LD_CS, 4>, 4},
+      {"cs u8", launch_read<LD_CS, 8>, (const void *)read_only_kernel<LD_CS, 8>, 8},
+  };
+  const int threads_list[] = {128, 256, 512};
+  for (int read_flush = 0; read_flush < 2; read_flush++) {
+    printf("-- after a %s flush of %d MB\n", read_flush ? "reading" : "writing",
+           (int)(FLUSH_BYTES >> 20));
+    for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; vi++) {
+      for (int ti = 0; ti < 3; ti++) {
+        const int threads = threads_list[ti];
+        int per_sm = 0;
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, vs[vi].kernel, threads, 0));
+        if (per_sm < 1) continue;
+        const int64_t chunks = (nvec + (int64_t)threads * vs[vi].unroll - 1) /
+                               ((int64_t)threads * vs[vi].unroll);
+        const int grids[2] = {p->sms * per_sm, chunks < (1LL << 30) ? (int)chunks : (1 << 30)};
+        for (int gi = 0; gi < 2; gi++) {
+          if (time_read(p, vs[vi].fn, a, nvec, threads, grids[gi], read_flush, &s)) return -1;
+          char name[96];
+          snprintf(name, sizeof name, "read %s %d thr %s", vs[vi].name, threads,
+                   gi ? "one chunk a block" : "persistent");
+          print_row(name, &s, (double)nvec * 16, ref);
+        }
+      }
+    }
+  }
+  CK(cudaFree(a));
+  return 0;
+}
+
 static int parse_long(const char *s, long long lo, long long *v) {
   char *end = NULL;
   long long x = strtoll(s, &end, 10);
@@ -267,7 +380,7 @@ static int parse_long(const char *s, long long lo, long long *v) {
   return 0;
 }
 
-static int run(long long bytes, int iters, int warmup) {
+static int run(long long bytes, int iters, int warmup, int read_only) {
   probe p;
   memset(&p, 0, sizeof p);
   p.iters = iters;
@@ -288,6 +401,13 @@ static int run(long long bytes, int iters, int warmup) {
   uint4 *a = NULL, *b = NULL;
   unsigned *sink = NULL;
   CK(cudaMalloc(&p.flush, FLUSH_BYTES));
+  CK(cudaMalloc(&p.sink, sizeof(unsigned)));
+  if (read_only) {
+    const int rc = run_read(&p, bytes);
+    cudaFree(p.sink);
+    cudaFree(p.flush);
+    return rc;
+  }
   CK(cudaMalloc(&a, (size_t)nvec * 16));
   CK(cudaMalloc(&b, (size_t)nvec * 16));
   CK(cudaMalloc(&sink, sizeof(unsigned)));
@@ -353,18 +473,26 @@ static int run(long long bytes, int iters, int warmup) {
   cudaFree(a);
   cudaFree(b);
   cudaFree(sink);
+  cudaFree(p.sink);
   cudaFree(p.flush);
   return 0;
 }
 
 int main(int argc, char **argv) {
   long long bytes = 8192LL * 128256 * 2, iters = 20, warmup = 5;
+  int read_only = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help")) {
-      printf("usage: xent-stream-probe [--bytes N] [--iters N] [--warmup N]\n"
+      printf("usage: xent-stream-probe [--read] [--bytes N] [--iters N] [--warmup N]\n"
              "Times in-place and copy kernels against cudaMemcpy over N bytes (default: bf16\n"
-             "8192 x 128256), median of --iters after --warmup, and checks the L2 flush.\n");
+             "8192 x 128256), median of --iters after --warmup, and checks the L2 flush.\n"
+             "--read: read-only kernels over N bytes instead, after a writing and a reading\n"
+             "flush, against a memcpy of 2 GiB (the floor of a forward without gradient).\n");
       return 0;
+    }
+    if (!strcmp(argv[i], "--read")) {
+      read_only = 1;
+      continue;
     }
     long long *dst = NULL;
     if (!strcmp(argv[i], "--bytes")) dst = &bytes;
@@ -372,7 +500,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--warmup")) dst = &warmup;
     const long long lo = dst == &bytes ? 16 : dst == &iters ? 1 : 0; /* the least each takes */
     if (!dst || i + 1 >= argc || parse_long(argv[i + 1], lo, dst)) {
-      fprintf(stderr, "usage: xent-stream-probe [--bytes N] [--iters N] [--warmup N]\n");
+      fprintf(stderr, "usage: xent-stream-probe [--read] [--bytes N] [--iters N] [--warmup N]\n");
       return 2;
     }
     i++;
@@ -384,5 +512,5 @@ int main(int argc, char **argv) {
     fprintf(stderr, "xent-stream-probe: no CUDA device\n");
     return 1;
   }
-  return run(bytes, (int)iters, (int)warmup) ? 1 : 0;
+  return run(bytes, (int)iters, (int)warmup, read_only) ? 1 : 0;
 }
