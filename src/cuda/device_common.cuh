@@ -26,7 +26,12 @@
  *      against the asynchronous exchange
  *   6  the real kernels, with the logits' 16-byte loads and stores plain
  *      (no evict-first .cs hints)
- *   7  the real kernels, with plain loads and .cs stores */
+ *   7  the real kernels, with plain loads and .cs stores
+ *   8  the real kernels, with the once-read loads non-coherent, L1 not
+ *      allocated, L2 at normal priority (ld.global.nc.L1::no_allocate)
+ *   9  as 8, under an L2 evict-first policy (createpolicy, cache_hint)
+ *  10  as 8, asking L2 for 256-byte fetches (.L2::256B)
+ *  11  .cs loads asking L2 for 256-byte fetches */
 #ifndef XENT_DIAG
 #define XENT_DIAG 0
 #endif
@@ -258,6 +263,24 @@ __device__ __forceinline__ int64_t load_target(const void *t, int t64, int64_t r
 __device__ __forceinline__ uint4 ld_once(const uint4 *p) {
 #if XENT_DIAG == 6 || XENT_DIAG == 7
   return __ldca(p);
+#elif XENT_DIAG >= 8 && XENT_DIAG <= 11
+  uint4 v;
+#if XENT_DIAG == 8
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+#elif XENT_DIAG == 9
+  uint64_t pol;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
+#elif XENT_DIAG == 10
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+#else
+  asm volatile("ld.global.cs.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+#endif
+  return v;
 #else
   return __ldcs(p);
 #endif
