@@ -697,9 +697,7 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
       finalize_params f;
       f.hdr = p.hdr;
       f.verdict = p.verdict;
-      f.targets = (!p.hdr && (mean || out->token_accuracy)) ? in->targets : NULL;
-      f.target64 = p.target64;
-      f.ignore_index = opt->ignore_index;
+      f.count = !p.hdr && (mean || out->token_accuracy);
       f.row_loss = ws_loss;
       f.row_z = p.row_z;
       f.row_acc = p.row_acc;

@@ -122,9 +122,8 @@ struct prep_params {
 struct finalize_params {
   const ws_header *hdr;        /* the count kernel's N, W and scales; NULL: none */
   const ws_header *verdict;    /* as fwd_params::verdict                      */
-  const void *targets;         /* hdr NULL, mean or accuracy: count N here     */
-  int target64;
-  int64_t ignore_index;
+  int count;                   /* hdr NULL, mean or accuracy: count N here,    */
+                               /* the rows of row_loss that are not -0         */
   const float *row_loss, *row_z, *row_acc;
   int64_t rows;
   int mean;
@@ -592,7 +591,9 @@ __device__ __forceinline__ grad_coef finish_row(const fwd_params &p, const row_s
     if (p.per_row_out) {
       p.row_loss[row] = lp + z;
     } else {
-      p.row_loss[row] = lp;
+      /* + 0 turns a -0 into +0 and leaves every other value as it is: in
+       * the workspace, -0 marks an ignored row (skipped_row_outputs) */
+      p.row_loss[row] = __fadd_rn(lp, 0.0f);
     }
     if (p.row_z) p.row_z[row] = z;
     if (p.row_acc) p.row_acc[row] = acc;
@@ -629,7 +630,10 @@ __device__ __forceinline__ float load_xy(const fwd_params &p, const char *rowp, 
  * unchecked mode only). */
 __device__ __forceinline__ void skipped_row_outputs(const fwd_params &p, int64_t row, bool bad) {
   float v = bad ? __int_as_float(0x7fc00000) : 0.0f;
-  p.row_loss[row] = v;
+  /* The caller sees 0 for an ignored row. The workspace's copy is -0, which
+   * no other row leaves there (finish_row), so that the finalize kernel
+   * counts N from the values it adds rather than from the targets. */
+  p.row_loss[row] = bad || p.per_row_out ? v : -0.0f;
   if (p.row_z) p.row_z[row] = v;
   if (p.row_acc) p.row_acc[row] = 0.0f;
   if (p.lse_out) p.lse_out[row] = 0.0f;

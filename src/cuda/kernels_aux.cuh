@@ -12,8 +12,9 @@
  * finalize_kernel: after it, for mean and sum: adds the per-row values in a
  *                  fixed order (in double) and writes the reduced outputs.
  *                  Where no count kernel ran (unchecked, unweighted, and no
- *                  gradient to scale by 1/N) it counts N from the targets
- *                  itself, in the same pass.
+ *                  gradient to scale by 1/N) it counts N itself, in the same
+ *                  pass: the forward left -0 as the loss of each ignored row
+ *                  (skipped_row_outputs), and no other row holds -0.
  * scale_kernel:    the backward: gradient *= grad_output in place, read on the
  *                  device; rows whose factor is exactly 1 are skipped.
  * fill_kernel:     writes the reduced outputs of a call with no rows.
@@ -129,7 +130,7 @@ __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const finali
   if (kernel_enter(f.verdict)) return; /* checked mode, a bad target: write nothing */
   __shared__ double sh[4][32];
   const ws_header *h = f.hdr;
-  const bool count = !h && f.targets; /* N from the targets, as count_kernel does */
+  const bool count = !h && f.count; /* N: the rows whose loss is not -0 */
   /* Each thread adds its rows (threadIdx.x + k * 1024) in order, loading U
    * rows' values before it adds them, so that their latencies overlap. */
   constexpr int U = 8;
@@ -144,7 +145,7 @@ __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const finali
       lv[u] = in ? f.row_loss[r] : 0.0f;
       zv[u] = in && f.row_z ? f.row_z[r] : 0.0f;
       av[u] = in && f.row_acc ? f.row_acc[r] : 0.0f;
-      nv[u] = in && count && load_target(f.targets, f.target64, r) != f.ignore_index;
+      nv[u] = in && count && __float_as_uint(lv[u]) != 0x80000000u;
     }
 #pragma unroll
     for (int u = 0; u < U; u++) {
