@@ -496,6 +496,71 @@ __global__ void __launch_bounds__(256) fwd_warprow(const fwd_params p) {
   finish_row(p, r, xy, row, y, lane == 0);
 }
 
+/* The plain kernel's pipelined pass over several rows a warp: warp w of
+ * the grid takes rows w, w + W, w + 2W, ... (W warps in the grid, which
+ * xent_launch::warp_rows sizes). Each row is read as by fwd_warprow<T,
+ * false, false, U>, but the next row's target and first two stages are
+ * issued before this row's reduction, so that they are in flight through
+ * it, and a slot of the SM does not wait for one block to end and the next
+ * to start. Launch bounds of 4 blocks of 256 threads an SM: 64 registers,
+ * as the one-row kernel (the row loop alone would take 79). */
+template <typename T, int U>
+__global__ void __launch_bounds__(256, 4) fwd_warprow_multi(const fwd_params p) {
+  if (kernel_enter(p.verdict)) return; /* checked mode, a bad target: write nothing */
+  const int lane = threadIdx.x & 31;
+  int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (row >= p.rows) return; /* uniform over the warp */
+  int64_t y64 = load_target(p.targets, p.target64, row);
+  const char *rowp = p.x + row * p.stride_bytes;
+  row_geom g = make_geom<T>(rowp, p.vocab);
+  const uint4 *vp = (const uint4 *)(rowp + (int64_t)g.head * (int)sizeof(T));
+  uint4 a[U], b[U];
+  warprow_load(a, vp, lane, g.nvec);
+  warprow_load(b, vp, lane + U * 32, g.nvec);
+  for (;;) {
+    const bool bad = target_bad(p, y64);
+    const bool skip = bad || y64 == p.ignore_index;
+    const int y = (int)y64;
+    float xy = 0.0f;
+    part q = part_empty();
+    if (skip) {
+      if (lane == 0) skipped_row_outputs(p, row, bad);
+    } else {
+      if (lane == 0) xy = load_xy<T, false>(p, rowp, y);
+      float m = -INFINITY, s = 0.0f;
+      constexpr int step = 2 * U * 32;
+      for (int ja = lane, jb = lane + U * 32;; ja += step, jb += step) {
+        if (ja >= g.nvec) break;
+        warprow_fold<T>(p, a, g, ja, m, s, q);
+        warprow_load(a, vp, ja + step, g.nvec);
+        if (jb >= g.nvec) break;
+        warprow_fold<T>(p, b, g, jb, m, s, q);
+        warprow_load(b, vp, jb + step, g.nvec);
+      }
+      fold_extras<T, false, false, false>(p, rowp, g, lane, 32, m, s, q);
+      q.m = m;
+      q.s = s;
+    }
+    /* The next row's loads, before this row's reduction. */
+    const int64_t done = row;
+    row += (int64_t)gridDim.x * (blockDim.x >> 5);
+    const bool more = row < p.rows;
+    if (more) {
+      y64 = load_target(p.targets, p.target64, row);
+      rowp = p.x + row * p.stride_bytes;
+      g = make_geom<T>(rowp, p.vocab);
+      vp = (const uint4 *)(rowp + (int64_t)g.head * (int)sizeof(T));
+      warprow_load(a, vp, lane, g.nvec);
+      warprow_load(b, vp, lane + U * 32, g.nvec);
+    }
+    if (!skip) {
+      const part r = XENT_DIAG == 3 ? q : warp_reduce(q);
+      finish_row(p, r, xy, done, y, lane == 0);
+    }
+    if (!more) break;
+  }
+}
+
 }  // namespace xent
 
 #endif
