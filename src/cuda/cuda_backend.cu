@@ -127,7 +127,7 @@ void leave_device(const device_scope *s) {
 /* Tuning override (xent-bench --tune)                                       */
 /* ------------------------------------------------------------------------ */
 
-xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 int g_override_on = 0;
 thread_local char g_last_launch[160] = "none";
 thread_local char g_last_scale[96] = "none";
@@ -158,12 +158,6 @@ fwd_kernel pick_tworead(bool general, bool stats) {
   return stats ? fwd_tworead<T, false, KEEP, true> : fwd_tworead<T, false, KEEP, false>;
 }
 
-/* Does a warp launch of the plain kernel take several rows a warp? */
-bool warp_multi(const xent_launch &l) {
-  return l.path == XENT_PATH_WARP && l.vecs == 4 &&
-         (l.warp_rows >= 2 || l.warp_rows == XENT_WARP_ROWS_RESIDENT);
-}
-
 template <typename T>
 fwd_kernel pick_kernel(const xent_launch &l, bool general, bool stats) {
   switch (l.path) {
@@ -175,7 +169,6 @@ fwd_kernel pick_kernel(const xent_launch &l, bool general, bool stats) {
     case XENT_PATH_WARP:
       if (general) return fwd_warprow<T, true, true, 0>;
       if (stats) return fwd_warprow<T, false, true, 0>;
-      if (warp_multi(l)) return fwd_warprow_multi<T, 4>;
       switch (l.vecs) { /* the plain kernel's pipelined pass: vecs a stage */
         case 4: return fwd_warprow<T, false, false, 4>;
         case 6: return fwd_warprow<T, false, false, 6>;
@@ -231,8 +224,7 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
       }
       if (o.path == XENT_PATH_WARP) /* no gradient; the kernel's launch bounds */
         ok = ok && !c->write_grad && o.cluster == 1 && o.threads <= XENT_MAX_WARP_THREADS &&
-             (o.vecs == 0 || o.vecs == 4 || o.vecs == 6 || o.vecs == 8) &&
-             (o.warp_rows <= 1 || o.vecs == 4);
+             (o.vecs == 0 || o.vecs == 4 || o.vecs == 6 || o.vecs == 8);
       if (o.path == XENT_PATH_ONEREAD)
         ok = ok && o.threads <= XENT_MAX_ONEREAD_THREADS &&
              (o.vecs == 2 || o.vecs == 4 || o.vecs == 8 || o.vecs == 16) &&
@@ -421,21 +413,9 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     if (!l.per_row) blocks = grid;
     cfg.dynamicSmemBytes = (size_t)smem;
   }
-  int64_t warp_rows = 1; /* rows a warp takes, at most */
   if (l.path == XENT_PATH_WARP) {
     const int64_t per_block = l.threads / 32;
     blocks = (p.rows + per_block - 1) / per_block;
-    if (!general && !stats && warp_multi(l)) {
-      if (l.warp_rows == XENT_WARP_ROWS_RESIDENT) {
-        int units = 0;
-        xent_status st = resident_units(k, l, dp, 0, 0, &units);
-        if (st) return st;
-        if (blocks > units) blocks = units;
-      } else {
-        blocks = (p.rows + per_block * l.warp_rows - 1) / (per_block * l.warp_rows);
-      }
-      warp_rows = (p.rows + blocks * per_block - 1) / (blocks * per_block);
-    }
   }
   if (blocks > 0x7fffffffLL) /* a row (or a group of rows) per block or cluster */
     return xent_fail(XENT_ERROR_UNSUPPORTED, "rows = %lld is more than one launch can hold",
@@ -471,9 +451,6 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
              "%s cluster=%d threads=%d smem_vecs=%d grid=%lld%s%s", name, l.cluster, l.threads,
              p.keep_vecs, (long long)blocks, l.per_row ? " per-row" : "",
              general ? " general" : "");
-  else if (warp_rows > 1)
-    snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d vecs=%d rows=%lld grid=%lld",
-             name, l.cluster, l.threads, l.vecs, (long long)warp_rows, (long long)blocks);
   else
     snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d vecs=%d%s%s%s", name,
              l.cluster, l.threads, l.vecs, p.l2_hint ? " l2-hint" : "", stats ? " stats" : "",
@@ -898,7 +875,7 @@ xent_status xent_cuda_backward(const xent_scale_call *c) {
 }
 
 void xent_tune_override(int path, int cluster, int threads, int size) {
-  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   if (path == XENT_PATH_TWOREAD) {
     o.hint = size & 1;
     o.stats = (size >> 1) & 1;
@@ -909,10 +886,7 @@ void xent_tune_override(int path, int cluster, int threads, int size) {
     o.path = XENT_PATH_KEEP;
     o.per_row = 1;
   }
-  if (path == XENT_PATH_WARP) { /* size = rows * 100 + vecs (0, or 4, 6, 8) */
-    o.vecs = size % 100;
-    o.warp_rows = size / 100 == 99 ? XENT_WARP_ROWS_RESIDENT : size / 100;
-  }
+  if (path == XENT_PATH_WARP) o.vecs = size; /* 0, or 4, 6, 8: the pipelined pass */
   if (path == XENT_PATH_STAGED || path == XENT_PATH_STAGED + 1) {
     /* size = hold * 1000000 + reuse * 100000 + hint * 10000 + vecs * 100 +
      * slots; 10: no row counter */

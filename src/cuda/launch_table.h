@@ -106,12 +106,6 @@ typedef struct xent_launch {
                       first `hold` (at most XENT_STAGED_MAX_HOLD) stay in
                       the consumers' registers instead of being copied
                       again; 0: all of them are copied again             */
-  int warp_rows;   /* warp, the plain kernel of 4 vectors a stage: each
-                      warp takes up to this many rows (2 or more), or as
-                      many as a grid of the blocks the GPU holds at once
-                      gives it (XENT_WARP_ROWS_RESIDENT), issuing the next
-                      row's loads before the row's reduction; 0 or 1: a
-                      row per warp, the hardware hands out the blocks   */
 } xent_launch;
 
 enum {
@@ -124,7 +118,6 @@ enum {
   XENT_TWOREAD_STATIC_SMEM = 1536, /* fwd_tworead's reduction scratch and cluster inbox */
   XENT_TWOREAD_UNROLL = 4,         /* vectors per thread per iteration          */
   XENT_MAX_WARP_THREADS = 256,     /* fwd_warprow's launch bounds               */
-  XENT_WARP_ROWS_RESIDENT = -1,    /* xent_launch::warp_rows: a resident grid   */
   XENT_STAGED_MAX_SLOTS = 16,
   XENT_STAGED_MAX_THREADS = 512,   /* fwd_staged's block, producer warp included:
                                       up to 128 registers a thread             */
@@ -206,7 +199,7 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
   for (int pass = 0; pass < 2; pass++) {
     for (int K = 1; K <= XENT_MAX_CLUSTER; K++) {
       xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0,
-                       0, 0, 0, 0, 0, 0, 0, 0};
+                       0, 0, 0, 0, 0, 0, 0};
       long long chunks = xent_ring_chunks(vocab, es, K, XENT_RING_CHUNK_VECS);
       if (pass == 0 && chunks * 8 > (long long)slots * 5) continue;
       if (xent_ring_fits(&r, sm_major, es, vocab, aligned)) return K;
@@ -230,7 +223,7 @@ static inline int xent_launch_programmatic(const xent_launch *l, int sm_major) {
  * the call's rows; sms: the GPU's multiprocessors. */
 static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab,
                                            int write_grad, long long rows, int sms) {
-  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   long long row_bytes = vocab * es;
 
   if (!write_grad) {
