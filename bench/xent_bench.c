@@ -1068,7 +1068,8 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
                    th, sz / 100 % 100, sz % 100, sz / 100000 % 10, sz / 1000000 % 10,
                    sz / 10000 % 10 ? " l2-hint" : "", pa == 10 ? " static" : "");
         else /* 8, the only other path among the candidates */
-          snprintf(name, sizeof name, "warp threads=%d vecs=%d", th, sz);
+          snprintf(name, sizeof name, "warp threads=%d vecs=%d split=%d", th, sz % 100,
+                   sz / 100 > 1 ? sz / 100 : 1);
         xent_tune_override(pa, cl, th, sz);
         if (gpu_time_mode(g, mode, 0, iters, warmup, &s, &st)) {
           if (st == XENT_ERROR_UNSUPPORTED) {

@@ -127,7 +127,7 @@ void leave_device(const device_scope *s) {
 /* Tuning override (xent-bench --tune)                                       */
 /* ------------------------------------------------------------------------ */
 
-xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+xent_launch g_override = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 int g_override_on = 0;
 thread_local char g_last_launch[160] = "none";
 thread_local char g_last_scale[96] = "none";
@@ -158,6 +158,14 @@ fwd_kernel pick_tworead(bool general, bool stats) {
   return stats ? fwd_tworead<T, false, KEEP, true> : fwd_tworead<T, false, KEEP, false>;
 }
 
+/* Warps that share a row in a warp launch of this call: l.warp_split for
+ * the plain kernel of 4 vectors a stage, else 1. */
+int warp_split(const xent_launch &l, bool general, bool stats) {
+  return l.path == XENT_PATH_WARP && !general && !stats && l.vecs == 4 && l.warp_split > 1
+             ? l.warp_split
+             : 1;
+}
+
 template <typename T>
 fwd_kernel pick_kernel(const xent_launch &l, bool general, bool stats) {
   switch (l.path) {
@@ -170,7 +178,12 @@ fwd_kernel pick_kernel(const xent_launch &l, bool general, bool stats) {
       if (general) return fwd_warprow<T, true, true, 0>;
       if (stats) return fwd_warprow<T, false, true, 0>;
       switch (l.vecs) { /* the plain kernel's pipelined pass: vecs a stage */
-        case 4: return fwd_warprow<T, false, false, 4>;
+        case 4:
+          switch (warp_split(l, general, stats)) {
+            case 2: return fwd_warprow<T, false, false, 4, 2>;
+            case 4: return fwd_warprow<T, false, false, 4, 4>;
+          }
+          return fwd_warprow<T, false, false, 4>;
         case 6: return fwd_warprow<T, false, false, 6>;
         case 8: return fwd_warprow<T, false, false, 8>;
       }
@@ -224,7 +237,10 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
       }
       if (o.path == XENT_PATH_WARP) /* no gradient; the kernel's launch bounds */
         ok = ok && !c->write_grad && o.cluster == 1 && o.threads <= XENT_MAX_WARP_THREADS &&
-             (o.vecs == 0 || o.vecs == 4 || o.vecs == 6 || o.vecs == 8);
+             (o.vecs == 0 || o.vecs == 4 || o.vecs == 6 || o.vecs == 8) &&
+             (o.warp_split <= 1 ||
+              ((o.warp_split == 2 || o.warp_split == 4) && o.vecs == 4 &&
+               o.threads % (32 * o.warp_split) == 0));
       if (o.path == XENT_PATH_ONEREAD)
         ok = ok && o.threads <= XENT_MAX_ONEREAD_THREADS &&
              (o.vecs == 2 || o.vecs == 4 || o.vecs == 8 || o.vecs == 16) &&
@@ -413,8 +429,9 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     if (!l.per_row) blocks = grid;
     cfg.dynamicSmemBytes = (size_t)smem;
   }
+  const int split = warp_split(l, general, stats);
   if (l.path == XENT_PATH_WARP) {
-    const int64_t per_block = l.threads / 32;
+    const int64_t per_block = l.threads / 32 / split;
     blocks = (p.rows + per_block - 1) / per_block;
   }
   if (blocks > 0x7fffffffLL) /* a row (or a group of rows) per block or cluster */
@@ -451,6 +468,9 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
              "%s cluster=%d threads=%d smem_vecs=%d grid=%lld%s%s", name, l.cluster, l.threads,
              p.keep_vecs, (long long)blocks, l.per_row ? " per-row" : "",
              general ? " general" : "");
+  else if (split > 1)
+    snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d vecs=%d split=%d",
+             name, l.cluster, l.threads, l.vecs, split);
   else
     snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d vecs=%d%s%s%s", name,
              l.cluster, l.threads, l.vecs, p.l2_hint ? " l2-hint" : "", stats ? " stats" : "",
@@ -875,7 +895,7 @@ xent_status xent_cuda_backward(const xent_scale_call *c) {
 }
 
 void xent_tune_override(int path, int cluster, int threads, int size) {
-  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  xent_launch o = {path, cluster, threads, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   if (path == XENT_PATH_TWOREAD) {
     o.hint = size & 1;
     o.stats = (size >> 1) & 1;
@@ -886,7 +906,10 @@ void xent_tune_override(int path, int cluster, int threads, int size) {
     o.path = XENT_PATH_KEEP;
     o.per_row = 1;
   }
-  if (path == XENT_PATH_WARP) o.vecs = size; /* 0, or 4, 6, 8: the pipelined pass */
+  if (path == XENT_PATH_WARP) { /* size = split * 100 + vecs (0, or 4, 6, 8) */
+    o.vecs = size % 100;
+    o.warp_split = size / 100;
+  }
   if (path == XENT_PATH_STAGED || path == XENT_PATH_STAGED + 1) {
     /* size = hold * 1000000 + reuse * 100000 + hint * 10000 + vecs * 100 +
      * slots; 10: no row counter */

@@ -415,21 +415,22 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
 
 constexpr int kWarpRowUnroll = 8;
 
-/* This lane's vectors j0, j0 + 32, ... (U of them, those below n) of a row. */
-template <int U>
+/* This lane's vectors j0, j0 + W, ... (U of them, those below n) of a row,
+ * W the lanes that share the row (32 a warp). */
+template <int U, int W = 32>
 __device__ __forceinline__ void warprow_load(uint4 (&v)[U], const uint4 *vp, int j0, int n) {
 #pragma unroll
   for (int u = 0; u < U; u++)
-    if (j0 + u * 32 < n) v[u] = ld_once(vp + j0 + u * 32);
+    if (j0 + u * W < n) v[u] = ld_once(vp + j0 + u * W);
 }
 
-template <typename T, int U>
+template <typename T, int U, int W = 32>
 __device__ __forceinline__ void warprow_fold(const fwd_params &p, const uint4 (&v)[U],
                                              const row_geom &g, int j0, float &m, float &s,
                                              part &q) {
 #pragma unroll
   for (int u = 0; u < U; u++) {
-    const int j = j0 + u * 32;
+    const int j = j0 + u * W;
     if (j < g.nvec) fold_vec<T, false, false, false>(p, v[u], g.head + j * elem<T>::N, m, s, q);
   }
 }
@@ -444,14 +445,23 @@ __device__ __forceinline__ void warprow_fold(const fwd_params &p, const uint4 (&
  * PIPE = 0: pass 1 of the two-read kernel, 8 vectors a lane in flight, then
  * folded (any flags). PIPE = U > 0 (the plain kernel only): two stages of U
  * vectors a lane, one in flight while the other is folded, the first two
- * issued beside the target's load rather than after it. */
-template <typename T, bool GENERAL, bool STATS, int PIPE>
+ * issued beside the target's load rather than after it.
+ *
+ * SPLIT > 1 (the pipelined pass only): SPLIT neighbouring warps share a row,
+ * their lanes interleaved over it as one of 32 * SPLIT lanes, and meet at a
+ * named barrier of their own to merge their statistics (in warp order): a
+ * warp's share of the work is a fraction of a row, so the last rows of the
+ * grid end sooner. */
+template <typename T, bool GENERAL, bool STATS, int PIPE, int SPLIT = 1>
 __global__ void __launch_bounds__(256) fwd_warprow(const fwd_params p) {
   static_assert(PIPE == 0 || (!GENERAL && !STATS), "the pipelined pass is the plain one");
+  static_assert(SPLIT == 1 || (PIPE > 0 && 32 * SPLIT <= 256), "a split row is pipelined");
+  constexpr int W = 32 * SPLIT; /* lanes that share a row */
   if (kernel_enter(p.verdict)) return; /* checked mode, a bad target: write nothing */
-  const int lane = threadIdx.x & 31;
-  const int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (row >= p.rows) return; /* uniform over the warp */
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int sub = warp % SPLIT, vl = sub * 32 + lane; /* this lane among the row's W */
+  const int64_t row = (int64_t)blockIdx.x * ((blockDim.x >> 5) / SPLIT) + warp / SPLIT;
+  if (row >= p.rows) return; /* uniform over the row's warps */
   const int64_t y64 = load_target(p.targets, p.target64, row);
   const char *rowp = p.x + row * p.stride_bytes;
   const row_geom g = make_geom<T>(rowp, p.vocab);
@@ -459,29 +469,29 @@ __global__ void __launch_bounds__(256) fwd_warprow(const fwd_params p) {
   const uint4 *vp = (const uint4 *)(rowp + (int64_t)g.head * (int)sizeof(T));
   uint4 a[UA], b[UA];
   if (PIPE > 0) { /* read whatever the target says: an ignored row wastes these */
-    warprow_load(a, vp, lane, g.nvec);
-    warprow_load(b, vp, lane + UA * 32, g.nvec);
+    warprow_load<UA, W>(a, vp, vl, g.nvec);
+    warprow_load<UA, W>(b, vp, vl + UA * W, g.nvec);
   }
   const bool bad = target_bad(p, y64);
-  if (bad || y64 == p.ignore_index) {
-    if (lane == 0) skipped_row_outputs(p, row, bad);
+  if (bad || y64 == p.ignore_index) { /* every warp of the row returns */
+    if (vl == 0) skipped_row_outputs(p, row, bad);
     return;
   }
   const int y = (int)y64;
-  const float xy = lane == 0 ? load_xy<T, GENERAL>(p, rowp, y) : 0.0f;
+  const float xy = vl == 0 ? load_xy<T, GENERAL>(p, rowp, y) : 0.0f;
   part q = part_empty();
   if (PIPE > 0) {
     float m = -INFINITY, s = 0.0f;
-    constexpr int step = 2 * UA * 32;
-    for (int ja = lane, jb = lane + UA * 32;; ja += step, jb += step) {
+    constexpr int step = 2 * UA * W;
+    for (int ja = vl, jb = vl + UA * W;; ja += step, jb += step) {
       if (ja >= g.nvec) break;
-      warprow_fold<T>(p, a, g, ja, m, s, q);
-      warprow_load(a, vp, ja + step, g.nvec);
+      warprow_fold<T, UA, W>(p, a, g, ja, m, s, q);
+      warprow_load<UA, W>(a, vp, ja + step, g.nvec);
       if (jb >= g.nvec) break;
-      warprow_fold<T>(p, b, g, jb, m, s, q);
-      warprow_load(b, vp, jb + step, g.nvec);
+      warprow_fold<T, UA, W>(p, b, g, jb, m, s, q);
+      warprow_load<UA, W>(b, vp, jb + step, g.nvec);
     }
-    fold_extras<T, false, false, false>(p, rowp, g, lane, 32, m, s, q);
+    fold_extras<T, false, false, false>(p, rowp, g, vl, W, m, s, q);
     q.m = m;
     q.s = s;
   } else {
@@ -492,7 +502,16 @@ __global__ void __launch_bounds__(256) fwd_warprow(const fwd_params p) {
     else XENT_WARPROW_PASS(false, false);
 #undef XENT_WARPROW_PASS
   }
-  const part r = XENT_DIAG == 3 ? q : warp_reduce(q);
+  part r = XENT_DIAG == 3 ? q : warp_reduce(q);
+  if (SPLIT > 1) {
+    __shared__ part shared_parts[256 / 32];
+    if (lane == 0) shared_parts[warp] = r;
+    /* barrier 1 + the row's index in the block: the row's warps alone */
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / SPLIT), "r"(W) : "memory");
+    if (sub != 0) return;
+#pragma unroll
+    for (int k = 1; k < SPLIT; k++) r = part_merge(r, shared_parts[warp + k]);
+  }
   finish_row(p, r, xy, row, y, lane == 0);
 }
 

@@ -106,6 +106,9 @@ typedef struct xent_launch {
                       first `hold` (at most XENT_STAGED_MAX_HOLD) stay in
                       the consumers' registers instead of being copied
                       again; 0: all of them are copied again             */
+  int warp_split;  /* warp, the plain kernel of 4 vectors a stage: 2 or 4
+                      warps share each row and merge their statistics
+                      through shared memory; 0 or 1: a row per warp      */
 } xent_launch;
 
 enum {
@@ -199,7 +202,7 @@ static inline int xent_ring_cluster(int sm_major, int slots, int es, long long v
   for (int pass = 0; pass < 2; pass++) {
     for (int K = 1; K <= XENT_MAX_CLUSTER; K++) {
       xent_launch r = {XENT_PATH_RING, K, 512, 0, slots, XENT_RING_CHUNK_VECS, 0,
-                       0, 0, 0, 0, 0, 0, 0};
+                       0, 0, 0, 0, 0, 0, 0, 0};
       long long chunks = xent_ring_chunks(vocab, es, K, XENT_RING_CHUNK_VECS);
       if (pass == 0 && chunks * 8 > (long long)slots * 5) continue;
       if (xent_ring_fits(&r, sm_major, es, vocab, aligned)) return K;
@@ -223,7 +226,7 @@ static inline int xent_launch_programmatic(const xent_launch *l, int sm_major) {
  * the call's rows; sms: the GPU's multiprocessors. */
 static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab,
                                            int write_grad, long long rows, int sms) {
-  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  xent_launch l = {XENT_PATH_TWOREAD, 1, 512, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   long long row_bytes = vocab * es;
 
   if (!write_grad) {

@@ -452,9 +452,10 @@ static long run_forced_case(xt_case *c, xt_rng *rng, int k, int grad, int flags,
   c->grad = grad;
   if (k % 2) xt_everything(c);
   else if (k % 4 == 0) c->want_acc = c->want_pred = 0;
-  /* Half the calls without a gradient unchecked: no count kernel, so the
-   * finalize kernel counts N from the losses the forward kernel left. */
-  if (!grad && k % 4 < 2) c->check = XENT_TARGETS_UNCHECKED;
+  /* A quarter of the calls without a gradient unchecked (k = 0, 1 mod 8):
+   * no count kernel, so the finalize kernel counts N from the losses the
+   * forward kernel left. */
+  if (!grad && k % 8 < 2) c->check = XENT_TARGETS_UNCHECKED;
   long errors = cuda_run_case(c, rng, tag, flags);
   return errors + not_launched(kernel, c->vocab);
 }
@@ -635,6 +636,51 @@ static void test_cuda_warp(void **state) {
       {32000, 0, 1, 128, 4, 0, 1}};
   long errors = run_forced_shapes(shapes, (int)(sizeof shapes / sizeof shapes[0]), warp_rows,
                                   RUN_WARP, "cuda warp", "warp", &rng);
+  assert_int_equal(errors, 0);
+}
+
+/* Rows shared by 2 or 4 warps (the plain kernel's pipelined pass, 4
+ * vectors a stage), which merge their statistics at a barrier of their own:
+ * tiny rows (fewer vectors than lanes) to 1 M elements, every dtype,
+ * packed, padded and unaligned, ignored rows among them (every warp of the
+ * row leaves before the barrier), rows not filling the last block, 1 to 4
+ * rows a block. Each shape plain unchecked and checked, and with every
+ * feature (which keeps a row per warp). */
+static void test_cuda_warp_split(void **state) {
+  (void)state;
+  require_gpu();
+  xt_rng rng = xt_rng_for("test_cuda_warp_split");
+  const struct {
+    int64_t V;
+    int d, threads, size; /* size: split * 100 + 4, as xent_tune_override takes it */
+    int64_t rows, stride;
+    int offset;
+  } shapes[] = {{32000, 1, 128, 204, 1001, 0, 0},    {7, 2, 64, 204, 2001, 9, 0},
+                {4095, 0, 256, 404, 1001, 4100, 1},  {1000, 0, 128, 404, 3001, 0, 0},
+                {50257, 1, 192, 204, 1001, 50264, 1}, {128256, 2, 256, 204, 203, 0, 0},
+                {1048576, 1, 128, 404, 37, 0, 1},    {33, 1, 128, 404, 999, 0, 1},
+                {262144, 0, 256, 404, 101, 0, 0}};
+  const int kinds[] = {0, 4, 1}; /* k mod 8: plain unchecked, plain checked, everything */
+  long errors = 0;
+  for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
+    for (int kd = 0; kd < 3; kd++) {
+      if (g_quick && (i + kd) % 2) continue;
+      xt_case c = xt_case_default(DTYPES[shapes[i].d], shapes[i].rows, shapes[i].V);
+      c.stride = shapes[i].stride;
+      c.offset = shapes[i].offset;
+      c.ignore_frac = 0.1;
+      g_launch.cluster = 1;
+      g_launch.threads = shapes[i].threads;
+      g_launch.size = shapes[i].size;
+      errors +=
+          run_forced_case(&c, &rng, 8 * i + kinds[kd], 0, RUN_WARP, "cuda warp split", "warp");
+      if (kinds[kd] % 4 == 0 && !strstr(xent_tune_last_launch(), " split=")) {
+        print_message("V=%lld: expected a row split over warps, ran %s\n",
+                      (long long)shapes[i].V, xent_tune_last_launch());
+        errors++;
+      }
+    }
+  }
   assert_int_equal(errors, 0);
 }
 
@@ -1927,6 +1973,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_staged),
       cmocka_unit_test(test_cuda_staged_hold),
       cmocka_unit_test(test_cuda_warp),
+      cmocka_unit_test(test_cuda_warp_split),
       cmocka_unit_test(test_cuda_tworead_cluster),
       cmocka_unit_test(test_cuda_layouts),
       cmocka_unit_test(test_cuda_ignored_rows),
