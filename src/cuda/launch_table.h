@@ -264,6 +264,20 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
         l.vecs = 8;
         l.slots = 6;
         l.ticket = 1;
+      } else if (sm_major == 9) {
+        /* sm_90: 256 threads, each row shared by 2 warps (their lanes
+         * interleaved), by 4 for rows of 128 KB and more with at least 32
+         * rows per SM; the calls the plain kernel does not take run a row
+         * per warp at 256 threads. On an H200 (bench/NOTES.md v19), against
+         * 128 threads a row per warp in the same run: bf16 8192 x 32000
+         * 1.009x, 65536 x 32000 1.008x, 8192 x 128256 1.031x (split 2:
+         * 1.013x), 2048 x 128256 1.013x (split 4: 0.999x), fp32 8192 x
+         * 128256 1.006x. At 128 threads a split row was 1 to 25 % slower,
+         * likely because the barrier that merges a row's warps is named at
+         * run time, so ptxas reserves all 16 of a block's and fewer blocks
+         * fit an SM (not measured). */
+        l.threads = 256;
+        l.warp_split = row_bytes >= 128 * 1024 && rows >= 32LL * (sms > 0 ? sms : 1) ? 4 : 2;
       }
     }
     return l;

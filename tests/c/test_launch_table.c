@@ -26,6 +26,7 @@ typedef struct want {
   long long V;    /* vocabulary    */
   int path, cluster, threads, keep, hint;
   int vecs, slots, ticket, reuse, hold; /* the staged path's */
+  int split;      /* the warp path's warps a row */
 } want;
 
 /* An H200's multiprocessors; forward calls of BT = 8192 rows unless said. */
@@ -35,11 +36,11 @@ static void expect_pick_rows(int sm, int write_grad, long long rows, const want 
   xent_launch l = xent_launch_pick(sm, w->es, w->V, write_grad, rows, H200_SMS);
   char got[200], exp[200];
   const char *fmt = "path %d cluster %d threads %d keep %d hint %d vecs %d slots %d ticket %d "
-                    "reuse %d hold %d";
+                    "reuse %d hold %d split %d";
   snprintf(got, sizeof got, fmt, l.path, l.cluster, l.threads, l.keep, l.hint, l.vecs, l.slots,
-           l.ticket, l.reuse, l.hold);
+           l.ticket, l.reuse, l.hold, l.warp_split);
   snprintf(exp, sizeof exp, fmt, w->path, w->cluster, w->threads, w->keep, w->hint, w->vecs,
-           w->slots, w->ticket, w->reuse, w->hold);
+           w->slots, w->ticket, w->reuse, w->hold, w->split);
   if (strcmp(got, exp) != 0) {
     print_message("sm_%d0 es=%d V=%lld grad=%d rows=%lld: got %s, want %s\n", sm, w->es, w->V,
                   write_grad, rows, got, exp);
@@ -58,33 +59,33 @@ static void test_sm90_measured_choices(void **state) {
   (void)state;
   const int T = XENT_PATH_TWOREAD, S = XENT_PATH_STAGED;
   const want wants[] = {
-      {2, 30719, T, 1, 256, 0, 0, 0, 0, 0, 0, 0},     /* just under 60 KB: two reads   */
-      {2, 30720, S, 1, 128, 0, 1, 8, 4, 1, 4, 0},     /* 60 KB: 4 chunks, all reused   */
-      {2, 32000, S, 1, 128, 0, 1, 8, 4, 1, 4, 0},     /* 62.5 KB                       */
-      {2, 50304, S, 1, 128, 0, 1, 8, 6, 1, 6, 0},     /* 98 KB: 7 chunks, 6 of them    */
-      {2, 61439, S, 1, 128, 0, 1, 8, 6, 1, 6, 0},     /* just under 120 KB             */
-      {2, 61440, S, 1, 480, 0, 1, 4, 7, 1, 3, 2},     /* 120 KB: 4 chunks, 3 reused    */
-      {2, 102400, S, 1, 480, 0, 1, 4, 7, 1, 6, 2},    /* 200 KB: 7 chunks, 6 reused    */
-      {2, 128256, S, 1, 480, 0, 1, 4, 7, 1, 7, 2},    /* 251 KB: 9 chunks, 7 reused    */
-      {2, 152064, S, 1, 480, 0, 1, 4, 7, 1, 7, 2},    /* 297 KB                        */
-      {2, 163840, S, 1, 480, 0, 1, 4, 7, 1, 7, 2},    /* 320 KB: the last of one block */
-      {2, 163841, S, 2, 480, 0, 1, 4, 7, 1, 5, 2},    /* cluster of 2: rows mailed     */
-      {2, 262144, S, 2, 480, 0, 1, 4, 7, 1, 7, 2},    /* 512 KB                        */
-      {2, 1048576, S, 8, 480, 0, 1, 4, 7, 1, 7, 2},   /* 2 MB: cluster of 8            */
-      {4, 15359, T, 1, 256, 0, 0, 0, 0, 0, 0, 0},     /* just under 60 KB: two reads   */
-      {4, 32000, S, 1, 480, 0, 1, 4, 7, 1, 4, 2},     /* 125 KB: 5 chunks, 4 reused    */
-      {4, 40959, S, 1, 480, 0, 1, 4, 7, 1, 5, 2},     /* just under 160 KB: 6 chunks   */
+      {2, 30719, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0},     /* just under 60 KB: two reads   */
+      {2, 30720, S, 1, 128, 0, 1, 8, 4, 1, 4, 0, 0},     /* 60 KB: 4 chunks, all reused   */
+      {2, 32000, S, 1, 128, 0, 1, 8, 4, 1, 4, 0, 0},     /* 62.5 KB                       */
+      {2, 50304, S, 1, 128, 0, 1, 8, 6, 1, 6, 0, 0},     /* 98 KB: 7 chunks, 6 of them    */
+      {2, 61439, S, 1, 128, 0, 1, 8, 6, 1, 6, 0, 0},     /* just under 120 KB             */
+      {2, 61440, S, 1, 480, 0, 1, 4, 7, 1, 3, 2, 0},     /* 120 KB: 4 chunks, 3 reused    */
+      {2, 102400, S, 1, 480, 0, 1, 4, 7, 1, 6, 2, 0},    /* 200 KB: 7 chunks, 6 reused    */
+      {2, 128256, S, 1, 480, 0, 1, 4, 7, 1, 7, 2, 0},    /* 251 KB: 9 chunks, 7 reused    */
+      {2, 152064, S, 1, 480, 0, 1, 4, 7, 1, 7, 2, 0},    /* 297 KB                        */
+      {2, 163840, S, 1, 480, 0, 1, 4, 7, 1, 7, 2, 0},    /* 320 KB: the last of one block */
+      {2, 163841, S, 2, 480, 0, 1, 4, 7, 1, 5, 2, 0},    /* cluster of 2: rows mailed     */
+      {2, 262144, S, 2, 480, 0, 1, 4, 7, 1, 7, 2, 0},    /* 512 KB                        */
+      {2, 1048576, S, 8, 480, 0, 1, 4, 7, 1, 7, 2, 0},   /* 2 MB: cluster of 8            */
+      {4, 15359, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0},     /* just under 60 KB: two reads   */
+      {4, 32000, S, 1, 480, 0, 1, 4, 7, 1, 4, 2, 0},     /* 125 KB: 5 chunks, 4 reused    */
+      {4, 40959, S, 1, 480, 0, 1, 4, 7, 1, 5, 2, 0},     /* just under 160 KB: 6 chunks   */
       /* fp32 slices of 160 to 256 KB: 416 threads, 8 chunks of 26 KB */
-      {4, 40960, S, 1, 416, 0, 1, 4, 8, 1, 6, 2},     /* 160 KB: 7 chunks, 6 reused    */
-      {4, 50304, S, 1, 416, 0, 1, 4, 8, 1, 7, 2},     /* 196 KB: 8 chunks, 7 reused    */
-      {4, 102400, S, 2, 416, 0, 1, 4, 8, 1, 7, 0},    /* 400 KB: 1 not reused, none held */
-      {4, 128256, S, 2, 416, 0, 1, 4, 8, 1, 8, 1},    /* 501 KB: 2 not reused, 1 held */
-      {4, 152064, S, 2, 480, 0, 1, 4, 7, 1, 7, 2},    /* 297 KB slices: 7 chunks again */
-      {4, 201088, S, 4, 416, 0, 1, 4, 8, 1, 7, 2},    /* 785 KB: cluster of 4, 8 chunks */
-      {4, 262144, S, 4, 416, 0, 1, 4, 8, 1, 8, 2},    /* 1 MB: 256 KB slices, the last */
-      {4, 655360, S, 8, 480, 0, 1, 4, 7, 1, 7, 2},    /* 2.5 MB: cluster of 8, the last */
-      {4, 655361, T, 1, 1024, 0, 1, 0, 0, 0, 0, 0},   /* past 8 x 320 KB: two reads    */
-      {4, 1048576, T, 1, 1024, 0, 1, 0, 0, 0, 0, 0},
+      {4, 40960, S, 1, 416, 0, 1, 4, 8, 1, 6, 2, 0},     /* 160 KB: 7 chunks, 6 reused    */
+      {4, 50304, S, 1, 416, 0, 1, 4, 8, 1, 7, 2, 0},     /* 196 KB: 8 chunks, 7 reused    */
+      {4, 102400, S, 2, 416, 0, 1, 4, 8, 1, 7, 0, 0},    /* 400 KB: 1 not reused, none held */
+      {4, 128256, S, 2, 416, 0, 1, 4, 8, 1, 8, 1, 0},    /* 501 KB: 2 not reused, 1 held */
+      {4, 152064, S, 2, 480, 0, 1, 4, 7, 1, 7, 2, 0},    /* 297 KB slices: 7 chunks again */
+      {4, 201088, S, 4, 416, 0, 1, 4, 8, 1, 7, 2, 0},    /* 785 KB: cluster of 4, 8 chunks */
+      {4, 262144, S, 4, 416, 0, 1, 4, 8, 1, 8, 2, 0},    /* 1 MB: 256 KB slices, the last */
+      {4, 655360, S, 8, 480, 0, 1, 4, 7, 1, 7, 2, 0},    /* 2.5 MB: cluster of 8, the last */
+      {4, 655361, T, 1, 1024, 0, 1, 0, 0, 0, 0, 0, 0},   /* past 8 x 320 KB: two reads    */
+      {4, 1048576, T, 1, 1024, 0, 1, 0, 0, 0, 0, 0, 0},
   };
   for (size_t i = 0; i < sizeof wants / sizeof wants[0]; i++) expect_pick(9, 1, &wants[i]);
 }
@@ -92,43 +93,58 @@ static void test_sm90_measured_choices(void **state) {
 /* Other GPUs: no keep path and no clusters (unmeasured there); L2 policies
  * from sm_80 for rows over 256 KB. Forward without gradient, everywhere: a
  * row per warp for rows under 512 KB with at least 12 rows per SM (on sm_90
- * fp32 rows of 120 to 256 KB the staged kernel instead), else pass 1 of the
- * two-read kernel with 256 threads. */
+ * fp32 rows of 120 to 256 KB the staged kernel instead, and the other rows
+ * shared by 2 or 4 warps of 256-thread blocks), else pass 1 of the two-read
+ * kernel with 256 threads. */
 static void test_other_gpus_and_no_grad(void **state) {
   (void)state;
   const int T = XENT_PATH_TWOREAD, W = XENT_PATH_WARP;
-  const want sm80[] = {{2, 50304, T, 1, 256, 0, 0, 0, 0, 0, 0, 0},
-                       {2, 128256, T, 1, 512, 0, 0, 0, 0, 0, 0, 0},
-                       {2, 262144, T, 1, 1024, 0, 1, 0, 0, 0, 0, 0},
-                       {4, 128256, T, 1, 1024, 0, 1, 0, 0, 0, 0, 0}};
+  const want sm80[] = {{2, 50304, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0},
+                       {2, 128256, T, 1, 512, 0, 0, 0, 0, 0, 0, 0, 0},
+                       {2, 262144, T, 1, 1024, 0, 1, 0, 0, 0, 0, 0, 0},
+                       {4, 128256, T, 1, 1024, 0, 1, 0, 0, 0, 0, 0, 0}};
   for (size_t i = 0; i < sizeof sm80 / sizeof sm80[0]; i++) {
     expect_pick(8, 1, &sm80[i]);
     expect_pick(10, 1, &sm80[i]);
   }
-  const want sm70 = {4, 262144, T, 1, 1024, 0, 0, 0, 0, 0, 0, 0};
+  const want sm70 = {4, 262144, T, 1, 1024, 0, 0, 0, 0, 0, 0, 0, 0};
   expect_pick(7, 1, &sm70);
   for (int sm = 7; sm <= 10; sm++) {
-    const want nograd[] = {{2, 262144, T, 1, 256, 0, 0, 0, 0, 0, 0, 0},  /* 512 KB rows */
-                           {2, 32000, W, 1, 128, 0, 0, 4, 0, 0, 0, 0},   /* 62.5 KB     */
-                           {4, 30719, W, 1, 128, 0, 0, 4, 0, 0, 0, 0},   /* under 120 KB */
-                           {2, 128256, W, 1, 128, 0, 0, 4, 0, 0, 0, 0},  /* 251 KB      */
-                           {4, 65537, W, 1, 128, 0, 0, 4, 0, 0, 0, 0},   /* over 256 KB */
-                           {4, 128256, W, 1, 128, 0, 0, 4, 0, 0, 0, 0}}; /* 501 KB      */
-    for (size_t i = 0; i < sizeof nograd / sizeof nograd[0]; i++) expect_pick(sm, 0, &nograd[i]);
+    const want nograd[] = {{2, 262144, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0},  /* 512 KB rows */
+                           {2, 32000, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},   /* 62.5 KB     */
+                           {4, 30719, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},   /* under 120 KB */
+                           {2, 128256, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},  /* 251 KB      */
+                           {4, 65537, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},   /* over 256 KB */
+                           {4, 128256, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0}}; /* 501 KB      */
+    /* sm_90: 256 threads, 2 warps a row, 4 for rows of 128 KB and more */
+    const want nograd_sm90[] = {{2, 262144, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0},
+                                {2, 32000, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2},
+                                {4, 30719, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2},
+                                {2, 128256, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 4},
+                                {4, 65537, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 4},
+                                {4, 128256, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 4}};
+    for (size_t i = 0; i < sizeof nograd / sizeof nograd[0]; i++)
+      expect_pick(sm, 0, sm == 9 ? &nograd_sm90[i] : &nograd[i]);
     /* fp32 rows of 120 to 256 KB: the staged kernel on sm_90 */
-    const want fp32[] = {{4, 30720, W, 1, 128, 0, 0, 4, 0, 0, 0, 0},  /* 120 KB */
-                         {4, 32000, W, 1, 128, 0, 0, 4, 0, 0, 0, 0},  /* 125 KB */
-                         {4, 65536, W, 1, 128, 0, 0, 4, 0, 0, 0, 0}}; /* 256 KB */
-    const want fp32_sm90[] = {{4, 30720, XENT_PATH_STAGED, 1, 128, 0, 0, 8, 6, 1, 0, 0},
-                              {4, 32000, XENT_PATH_STAGED, 1, 128, 0, 0, 8, 6, 1, 0, 0},
-                              {4, 65536, XENT_PATH_STAGED, 1, 128, 0, 0, 8, 6, 1, 0, 0}};
+    const want fp32[] = {{4, 30720, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},  /* 120 KB */
+                         {4, 32000, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},  /* 125 KB */
+                         {4, 65536, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0}}; /* 256 KB */
+    const want fp32_sm90[] = {{4, 30720, XENT_PATH_STAGED, 1, 128, 0, 0, 8, 6, 1, 0, 0, 0},
+                              {4, 32000, XENT_PATH_STAGED, 1, 128, 0, 0, 8, 6, 1, 0, 0, 0},
+                              {4, 65536, XENT_PATH_STAGED, 1, 128, 0, 0, 8, 6, 1, 0, 0, 0}};
     for (size_t i = 0; i < sizeof fp32 / sizeof fp32[0]; i++)
       expect_pick(sm, 0, sm == 9 ? &fp32_sm90[i] : &fp32[i]);
-    const want few = {2, 128256, T, 1, 256, 0, 0, 0, 0, 0, 0, 0},
-               enough = {2, 128256, W, 1, 128, 0, 0, 4, 0, 0, 0, 0};
+    const want few = {2, 128256, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0},
+               enough = {2, 128256, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},
+               enough_sm90 = {2, 128256, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2},
+               many_sm90 = {2, 128256, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 4};
     expect_pick_rows(sm, 0, 1024, &few);      /* 7.8 rows per SM  */
     expect_pick_rows(sm, 0, 12 * 132 - 1, &few);
-    expect_pick_rows(sm, 0, 12 * 132, &enough);
+    expect_pick_rows(sm, 0, 12 * 132, sm == 9 ? &enough_sm90 : &enough);
+    if (sm == 9) { /* 2 warps a row under 32 rows per SM, 4 from there */
+      expect_pick_rows(sm, 0, 32 * 132 - 1, &enough_sm90);
+      expect_pick_rows(sm, 0, 32 * 132, &many_sm90);
+    }
   }
 }
 
@@ -159,6 +175,12 @@ static void test_invariants(void **state) {
             else if (l.path == XENT_PATH_WARP && l.vecs != 0 && l.vecs != 4 && l.vecs != 6 &&
                      l.vecs != 8)
               why = "a pipelined row per warp the kernel does not have";
+            else if (l.warp_split != 0 &&
+                     (l.path != XENT_PATH_WARP || sm != 9 || l.vecs != 4 ||
+                      (l.warp_split != 2 && l.warp_split != 4) ||
+                      l.threads % (32 * l.warp_split) != 0))
+              why = "rows split over warps other than on sm_90's warp path (2 or 4 warps, 4 "
+                    "vectors a stage, whole rows a block)";
             else if (l.path == XENT_PATH_WARP || staged ? l.threads % 32 != 0
                                                         : l.threads != 256 && l.threads != 512 &&
                                                               l.threads != 1024)
