@@ -93,6 +93,18 @@ __device__ __forceinline__ uint4 scale4(uint4 v, float s) {
   return v;
 }
 
+/* This thread's U vectors of the chunk of blockDim.x * U vectors at
+ * `base` (zeros past nvec). */
+template <int LD, int U>
+__device__ __forceinline__ void load_chunk(uint4 (&v)[U], const uint4 *src, int64_t base,
+                                           int64_t nvec, uint64_t pol) {
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    int64_t j = base + threadIdx.x + (int64_t)u * blockDim.x;
+    v[u] = j < nvec ? load16<LD>(src + j, pol) : make_uint4(0, 0, 0, 0);
+  }
+}
+
 /* Chunks of blockDim.x * U vectors; block b takes chunks b, b + grid, ...
  * Each thread loads its U vectors of a chunk, then scales and stores them.
  * In place when dst == src. */
@@ -103,11 +115,7 @@ __global__ void stream_kernel(const uint4 *src, uint4 *dst, int64_t nvec, float 
   for (int64_t base = (int64_t)blockIdx.x * per_chunk; base < nvec;
        base += (int64_t)gridDim.x * per_chunk) {
     uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      int64_t j = base + threadIdx.x + (int64_t)u * blockDim.x;
-      if (j < nvec) v[u] = load16<LD>(src + j, pol);
-    }
+    load_chunk<LD>(v, src, base, nvec, pol);
 #pragma unroll
     for (int u = 0; u < U; u++) {
       int64_t j = base + threadIdx.x + (int64_t)u * blockDim.x;
@@ -147,11 +155,7 @@ __global__ void read_only_kernel(const uint4 *src, int64_t nvec, unsigned *sink)
   for (int64_t base = (int64_t)blockIdx.x * per_chunk; base < nvec;
        base += (int64_t)gridDim.x * per_chunk) {
     uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      int64_t j = base + threadIdx.x + (int64_t)u * blockDim.x;
-      v[u] = j < nvec ? load16<LD>(src + j, 0) : make_uint4(0, 0, 0, 0);
-    }
+    load_chunk<LD>(v, src, base, nvec, 0);
 #pragma unroll
     for (int u = 0; u < U; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
