@@ -31,12 +31,18 @@
  *      allocated, L2 at normal priority (ld.global.nc.L1::no_allocate)
  *   9  as 8, under an L2 evict-first policy (createpolicy, cache_hint)
  *  10  as 8, asking L2 for 256-byte fetches (.L2::256B)
- *  11  .cs loads asking L2 for 256-byte fetches */
+ *  11  .cs loads asking L2 for 256-byte fetches
+ *  12  the real kernels, with the row-per-warp kernel's plain pass folding
+ *      vector by vector (fold_vec, as in v19) instead of a stage at a time
+ *  13  as 2, with the row-per-warp kernel's plain pass loading with
+ *      ld.global.cs as before v20
+ * Levels 6 to 11 change ld_once, which the row-per-warp kernel's plain pass
+ * does not use since v20 (ld_plain). */
 #ifndef XENT_DIAG
 #define XENT_DIAG 0
 #endif
-/* Levels 2 to 5 remove the arithmetic. */
-#define XENT_DIAG_NO_MATH (XENT_DIAG >= 2 && XENT_DIAG <= 5)
+/* Levels 2 to 5 and 13 remove the arithmetic. */
+#define XENT_DIAG_NO_MATH ((XENT_DIAG >= 2 && XENT_DIAG <= 5) || XENT_DIAG == 13)
 
 namespace xent {
 
@@ -284,6 +290,15 @@ __device__ __forceinline__ uint4 ld_once(const uint4 *p) {
   return __ldcs(p);
 #endif
 }
+/* A plain 16-byte load (default caching), for reads that no evict-first
+ * hint helps. */
+__device__ __forceinline__ uint4 ld_plain(const uint4 *p) {
+#if XENT_DIAG == 13
+  return __ldcs(p);
+#else
+  return __ldca(p);
+#endif
+}
 __device__ __forceinline__ void st_grad(uint4 *p, uint4 v) {
 #if XENT_DIAG == 6
   *p = v;
@@ -450,6 +465,95 @@ __device__ __forceinline__ void fold_vec(const fwd_params &p, const uint4 &v, in
       if (f[e] != f[e]) s = f[e];
   }
 #endif
+}
+
+/* Packed maximum of two 32-bit words of elements (two bf16 or fp16, one
+ * fp32), NaN-ignoring like fmaxf; and the word of -inf. One instruction for
+ * a pair on sm_80 and newer. */
+template <typename T> struct word_max;
+template <> struct word_max<__nv_bfloat16> {
+  static constexpr uint32_t kNegInf = 0xff80ff80u;
+  __device__ static uint32_t of(uint32_t a, uint32_t b) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    uint32_t d;
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+#else /* widened to fp32, where fmaxf returns one of its inputs bit for bit */
+    const uint32_t lo = __float_as_uint(fmaxf(bf16_lo(a), bf16_lo(b)));
+    const uint32_t hi = __float_as_uint(fmaxf(bf16_hi(a), bf16_hi(b)));
+    return (hi & 0xffff0000u) | (lo >> 16);
+#endif
+  }
+  __device__ static float to_float(uint32_t w) { return fmaxf(bf16_lo(w), bf16_hi(w)); }
+};
+template <> struct word_max<__half> {
+  static constexpr uint32_t kNegInf = 0xfc00fc00u;
+  __device__ static uint32_t of(uint32_t a, uint32_t b) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    uint32_t d;
+    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+#else /* widened to fp32 and back: exact for values that came from fp16 */
+    const float2 x = h2_unpack(a), y = h2_unpack(b);
+    return h2_pack(fmaxf(x.x, y.x), fmaxf(x.y, y.y));
+#endif
+  }
+  __device__ static float to_float(uint32_t w) {
+    const float2 f = h2_unpack(w);
+    return fmaxf(f.x, f.y);
+  }
+};
+template <> struct word_max<float> {
+  static constexpr uint32_t kNegInf = 0xff800000u;
+  __device__ static uint32_t of(uint32_t a, uint32_t b) {
+    return __float_as_uint(fmaxf(__uint_as_float(a), __uint_as_float(b)));
+  }
+  __device__ static float to_float(uint32_t w) { return __uint_as_float(w); }
+};
+
+/* Fold a thread's U vectors of a stage into its online (max m, sum s), for
+ * calls that need nothing but the two (no softcap, weights, accuracy or
+ * smoothing): the stage's maximum first, on packed pairs, then one rescale
+ * and U * N exponentials summed in four independent chains. Vectors past
+ * the stage's end hold -inf and add nothing. The same result as fold_vec
+ * up to the order of the additions. */
+template <typename T, int U>
+__device__ __forceinline__ void fold_stage(const uint4 (&v)[U], float &m, float &s) {
+  constexpr int VN = elem<T>::N;
+  using W = word_max<T>;
+  uint32_t w[U];
+#pragma unroll
+  for (int u = 0; u < U; u++) w[u] = W::of(W::of(v[u].x, v[u].y), W::of(v[u].z, v[u].w));
+#pragma unroll
+  for (int h = 1; h < U; h *= 2)
+#pragma unroll
+    for (int u = 0; u + h < U; u += 2 * h) w[u] = W::of(w[u], w[u + h]);
+  const float cm = W::to_float(w[0]);
+  if (cm > m) {
+    s *= fast_exp2((m - cm) * kLog2e); /* 0 while m was -inf; NaN stays NaN */
+    m = cm;
+  }
+  if (m == -INFINITY) { /* every element so far -inf or NaN: keep a NaN */
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      float f[VN];
+      elem<T>::unpack(v[u], f);
+#pragma unroll
+      for (int e = 0; e < VN; e++)
+        if (f[e] != f[e]) s = f[e];
+    }
+    return;
+  }
+  const float mk = m * kLog2e;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    float f[VN];
+    elem<T>::unpack(v[u], f);
+#pragma unroll
+    for (int e = 0; e < VN; e++) acc[e & 3] += fast_exp2(fmaf(f[e], kLog2e, -mk));
+  }
+  s += (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
 /* Runs CALL(ARGMAX, SMOOTH) with the compile-time flags matching this call. */

@@ -418,18 +418,25 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
 constexpr int kWarpRowUnroll = 8;
 
 /* This lane's vectors j0, j0 + W, ... (U of them, those below n) of a row,
- * W the lanes that share the row (32 a warp). */
+ * W the lanes that share the row (32 a warp). Plain loads, not ld_once's
+ * evict-first ones: those cost this pass 2 to 4 % (bench/NOTES.md v20). */
 template <int U, int W = 32>
 __device__ __forceinline__ void warprow_load(uint4 (&v)[U], const uint4 *vp, int j0, int n) {
 #pragma unroll
   for (int u = 0; u < U; u++)
-    if (j0 + u * W < n) v[u] = ld_once(vp + j0 + u * W);
+    if (j0 + u * W < n) v[u] = ld_plain(vp + j0 + u * W);
 }
 
 template <typename T, int U, int W = 32>
 __device__ __forceinline__ void warprow_fold(const fwd_params &p, const uint4 (&v)[U],
                                              const row_geom &g, int j0, float &m, float &s,
                                              part &q) {
+#if !XENT_DIAG_NO_MATH && XENT_DIAG != 12
+  if (j0 + (U - 1) * W < g.nvec) { /* the whole stage: the row's body */
+    fold_stage<T, U>(v, m, s);
+    return;
+  }
+#endif
 #pragma unroll
   for (int u = 0; u < U; u++) {
     const int j = j0 + u * W;
@@ -447,7 +454,8 @@ __device__ __forceinline__ void warprow_fold(const fwd_params &p, const uint4 (&
  * PIPE = 0: pass 1 of the two-read kernel, 8 vectors a lane in flight, then
  * folded (any flags). PIPE = U > 0 (the plain kernel only): two stages of U
  * vectors a lane, one in flight while the other is folded, the first two
- * issued beside the target's load rather than after it.
+ * issued beside the target's load rather than after it; plain loads, and
+ * each whole stage folded at once (fold_stage: one max, one rescale).
  *
  * SPLIT > 1 (the pipelined pass only): SPLIT neighbouring warps share a row,
  * their lanes interleaved over it as one of 32 * SPLIT lanes, and meet at a
