@@ -182,6 +182,7 @@ fwd_kernel pick_kernel(const xent_launch &l, bool general, bool stats) {
           switch (warp_split(l, general, stats)) {
             case 2: return fwd_warprow<T, false, false, 4, 2>;
             case 4: return fwd_warprow<T, false, false, 4, 4>;
+            case 8: return fwd_warprow<T, false, false, 4, 8>;
           }
           return fwd_warprow<T, false, false, 4>;
         case 6: return fwd_warprow<T, false, false, 6>;
@@ -239,7 +240,7 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
         ok = ok && !c->write_grad && o.cluster == 1 && o.threads <= XENT_MAX_WARP_THREADS &&
              (o.vecs == 0 || o.vecs == 4 || o.vecs == 6 || o.vecs == 8) &&
              (o.warp_split <= 1 ||
-              ((o.warp_split == 2 || o.warp_split == 4) && o.vecs == 4 &&
+              ((o.warp_split == 2 || o.warp_split == 4 || o.warp_split == 8) && o.vecs == 4 &&
                o.threads % (32 * o.warp_split) == 0));
       if (o.path == XENT_PATH_ONEREAD)
         ok = ok && o.threads <= XENT_MAX_ONEREAD_THREADS &&

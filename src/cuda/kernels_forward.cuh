@@ -29,9 +29,10 @@
  * fwd_warprow: forward without gradient, a row per warp: pass 1 of the
  *   two-read kernel by the warp's 32 lanes, reduced by shuffles alone. The
  *   plain kernel (no weights, softcap or statistics) can pipeline its loads
- *   in two stages instead (PIPE, the launch table's vecs), and share each
- *   row among 2 or 4 warps that merge their statistics in shared memory
- *   (SPLIT, the launch table's warp_split).
+ *   in two stages instead (PIPE, the launch table's vecs), folded a stage
+ *   at a time (fold_stage), and share each row among 2, 4 or 8 warps that
+ *   merge their statistics in shared memory (SPLIT, the launch table's
+ *   warp_split).
  */
 #ifndef XENT_CUDA_KERNELS_FORWARD_CUH
 #define XENT_CUDA_KERNELS_FORWARD_CUH

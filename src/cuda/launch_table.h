@@ -106,7 +106,7 @@ typedef struct xent_launch {
                       first `hold` (at most XENT_STAGED_MAX_HOLD) stay in
                       the consumers' registers instead of being copied
                       again; 0: all of them are copied again             */
-  int warp_split;  /* warp, the plain kernel of 4 vectors a stage: 2 or 4
+  int warp_split;  /* warp, the plain kernel of 4 vectors a stage: 2, 4 or 8
                       warps share each row and merge their statistics
                       through shared memory; 0 or 1: a row per warp      */
 } xent_launch;
