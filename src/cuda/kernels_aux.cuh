@@ -111,22 +111,36 @@ __global__ void __launch_bounds__(kCountThreads) count_kernel(const prep_params 
   }
 }
 
-/* Sums a value over a 1024-thread block in a fixed tree (shuffles within
- * each warp, then across the warps' sums in warp 0): deterministic. The
- * result is in lane 0 of warp 0. `sh` holds 32 values. */
-__device__ __forceinline__ double block_sum_1024(double v, double *sh) {
+/* Sums the values v[k] whose on[k] is set (uniform over the block) over a
+ * 1024-thread block in a fixed tree (shuffles within each warp, then across
+ * the warps' sums in warp 0), all of them in the same steps and at one
+ * barrier: deterministic. The results are in thread 0. `sh` holds 32 values
+ * for each k. */
+template <int K>
+__device__ __forceinline__ void block_sums_1024(double (&v)[K], const bool (&on)[K],
+                                                double (*sh)[32]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int k = 0; k < K; k++)
+      if (on[k]) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
+  if (lane == 0)
+#pragma unroll
+    for (int k = 0; k < K; k++) sh[k][warp] = v[k];
   __syncthreads();
-  v = threadIdx.x < 32 ? sh[threadIdx.x] : 0.0;
+  if (warp != 0) return;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  return v;
+  for (int k = 0; k < K; k++) v[k] = on[k] ? sh[k][lane] : 0.0;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int k = 0; k < K; k++)
+      if (on[k]) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
 }
 
 __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const finalize_params f) {
-  static_assert(kFinalizeThreads == 1024, "block_sum_1024");
+  static_assert(kFinalizeThreads == 1024, "block_sums_1024");
   if (kernel_enter(f.verdict)) return; /* checked mode, a bad target: write nothing */
   __shared__ double sh[4][32];
   const ws_header *h = f.hdr;
@@ -155,13 +169,12 @@ __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const finali
       n += nv[u] ? 1.0 : 0.0;
     }
   }
-  /* Only the sums the call has (uniform over the block: no barrier is
-   * skipped by part of it). */
-  l = block_sum_1024(l, sh[0]);
-  if (f.row_z) z = block_sum_1024(z, sh[1]);
-  if (f.row_acc) a = block_sum_1024(a, sh[2]);
-  if (count) n = block_sum_1024(n, sh[3]);
+  /* Only the sums the call has, in one reduction. */
+  double v[4] = {l, z, a, n};
+  const bool on[4] = {true, f.row_z != NULL, f.row_acc != NULL, count};
+  block_sums_1024(v, on, sh);
   if (threadIdx.x != 0) return;
+  l = v[0], z = v[1], a = v[2], n = v[3];
   if (h) n = (double)h->n;
   double sl = h ? h->scale_loss : 1.0, sz = h ? h->scale_z : 1.0;
   if (f.mean && (h || count)) {
