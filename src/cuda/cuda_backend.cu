@@ -257,6 +257,11 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
     return XENT_OK;
   }
   *l = xent_launch_pick(dp->sm_major, es, c->in.vocab, c->write_grad, c->in.rows, dp->sms);
+  /* as launch_forward picks the kernel: general, or the statistics flags */
+  const bool plain = !c->in.weights && !c->opt.use_softcap && c->opt.label_smoothing == 0.0f &&
+                     !c->out.token_accuracy && !c->out.predicted;
+  if (!c->write_grad && !plain)
+    *l = xent_launch_nograd_general(*l, es, c->in.vocab, c->in.rows, dp->sms);
   if (l->path == XENT_PATH_STAGED) {
     /* The table assumes an H200's 227 KB a block: with less, fewer chunks,
      * and failing that the kernels of GPUs without the staged path. */

@@ -230,19 +230,53 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
   long long row_bytes = vocab * es;
 
   if (!write_grad) {
-    /* Forward only, one read of each row. A row per warp (128 threads, 4
-     * rows a block) where rows are under 512 KB and there are at least 12
-     * of them per SM: no block barrier, so no SM waits with its loads
-     * drained. On an H200 at BT = 8192 (bench/NOTES.md v10): bf16 V = 32000
-     * 1.30x, 50304 1.19x, 128256 1.05x, 152064 1.03x, fp32 32000 1.10x,
-     * 50304 1.08x, 128256 1.01x; bf16 262144 (512 KB rows) 2 % slower, fp32
-     * 152064 even. At V = 128256 bf16: BT = 2048 1.04x (15.5 rows per SM),
-     * 4096 and 32768 1.06x, but BT = 1024 (7.8 rows per SM) 0.71x.
-     * Otherwise pass 1 of the two-read kernel, 256 threads: best or even
-     * at every V of the tuning set (bench/NOTES.md v5: 1.03 to 1.29x over
-     * 512 threads, even at fp32 262144). Both measured on an H200 only. */
+    const long long per_sm = sms > 0 ? sms : 1;
     l.threads = 256;
-    if (row_bytes < 512 * 1024 && rows >= 12LL * (sms > 0 ? sms : 1)) {
+    if (sm_major == 9 && rows >= 7 * per_sm) {
+      /* sm_90, at least 7 rows per SM: the row-per-warp kernel for every
+       * row length, 256 threads, each row shared by 2, 4 or 8 warps (their
+       * lanes interleaved) that merge their statistics in shared memory.
+       * With at least 32 rows per SM: 2 warps a row under 128 KB, 4 under
+       * 384 KB, 8 from there; with fewer, 8 from 384 KB and 2 below. On an
+       * H200 (bench/NOTES.md v20), forward without gradient, same process,
+       * against the previous table:
+       * - fp32 rows of 120 to 256 KB (the staged kernel before): V = 32000
+       *   1.03x, 50304 1.07x, 65536 1.08x;
+       * - rows of 512 KB and more (pass 1 of the two-read kernel before):
+       *   bf16 V = 262144 1.08x, 524288 1.05x; fp32 152064 1.05x, 262144
+       *   1.04x (BT = 4096, 31 rows per SM: 1.05x);
+       * - 8 warps a row against 4: bf16 201088 1.004x, fp32 128256 1.008x;
+       * - BT = 1024 at bf16 V = 128256 (7.8 rows per SM; the two-read
+       *   kernel before): 2 warps a row 1.12x, 4 1.10x, 8 1.08x; BT = 2048:
+       *   2 warps a row even with 4 and 8 (0.99x).
+       * v19 (same table, a row per warp at 128 threads against): bf16 8192 x
+       * 32000 1.009x, 8192 x 128256 1.031x. At 128 threads a split row was
+       * 1 to 25 % slower, likely because the barrier that merges a row's
+       * warps is named at run time, so ptxas reserves all 16 of a block's
+       * and fewer blocks fit an SM (not measured).
+       * The calls the plain kernel does not take (weights, softcap,
+       * accuracy, predicted tokens, smoothing) run a row per warp instead,
+       * where the rule below allows it (xent_launch_nograd_general). */
+      l.path = XENT_PATH_WARP;
+      l.vecs = 4;
+      if (rows >= 32 * per_sm)
+        l.warp_split = row_bytes < 128 * 1024 ? 2 : row_bytes < 384 * 1024 ? 4 : 8;
+      else
+        l.warp_split = row_bytes >= 384 * 1024 ? 8 : 2;
+      return l;
+    }
+    /* Other GPUs. A row per warp (128 threads, 4 rows a block) where rows
+     * are under 512 KB and there are at least 12 of them per SM: no block
+     * barrier, so no SM waits with its loads drained. On an H200 at BT =
+     * 8192 (bench/NOTES.md v10): bf16 V = 32000 1.30x, 50304 1.19x, 128256
+     * 1.05x, 152064 1.03x, fp32 32000 1.10x, 50304 1.08x, 128256 1.01x;
+     * bf16 262144 (512 KB rows) 2 % slower, fp32 152064 even. At V = 128256
+     * bf16: BT = 2048 1.04x (15.5 rows per SM), 4096 and 32768 1.06x, but
+     * BT = 1024 (7.8 rows per SM) 0.71x. Otherwise pass 1 of the two-read
+     * kernel, 256 threads: best or even at every V of the tuning set
+     * (bench/NOTES.md v5: 1.03 to 1.29x over 512 threads, even at fp32
+     * 262144). Both measured on an H200 only: on other GPUs, unmeasured. */
+    if (row_bytes < 512 * 1024 && rows >= 12 * per_sm) {
       l.path = XENT_PATH_WARP;
       l.threads = 128;
       /* The plain kernel's pipelined pass: two stages of 4 vectors a lane,
@@ -253,32 +287,6 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
        * 32000 1.018x, fp32 128256 1.008x; bf16 128256 at BT = 2048 1.043x.
        * Stages of 6 were even with 4; of 8 slower at BT = 8192, but for fp32. */
       l.vecs = 4;
-      /* sm_90, fp32 rows of 120 to 256 KB: the staged kernel instead (2
-       * blocks per SM of 128 consumer threads, 6 chunks of 16 KB, rows from
-       * the workspace's counter), whose bulk copies keep more of the rows in
-       * flight. On an H200 at BT = 8192 (bench/NOTES.md v13): V = 32000
-       * 1.045x, 50304 even, 65536 1.03x; bf16 V = 32000 was 1.44x slower
-       * (the math of 8 consumer warps per SM is the limit there). */
-      if (sm_major == 9 && es == 4 && row_bytes >= 120 * 1024 && row_bytes <= 256 * 1024) {
-        l.path = XENT_PATH_STAGED;
-        l.vecs = 8;
-        l.slots = 6;
-        l.ticket = 1;
-      } else if (sm_major == 9) {
-        /* sm_90: 256 threads, each row shared by 2 warps (their lanes
-         * interleaved), by 4 for rows of 128 KB and more with at least 32
-         * rows per SM; the calls the plain kernel does not take run a row
-         * per warp at 256 threads. On an H200 (bench/NOTES.md v19), against
-         * 128 threads a row per warp in the same run: bf16 8192 x 32000
-         * 1.009x, 65536 x 32000 1.008x, 8192 x 128256 1.031x (split 2:
-         * 1.013x), 2048 x 128256 1.013x (split 4: 0.999x), fp32 8192 x
-         * 128256 1.006x. At 128 threads a split row was 1 to 25 % slower,
-         * likely because the barrier that merges a row's warps is named at
-         * run time, so ptxas reserves all 16 of a block's and fewer blocks
-         * fit an SM (not measured). */
-        l.threads = 256;
-        l.warp_split = row_bytes >= 128 * 1024 && rows >= 32LL * (sms > 0 ? sms : 1) ? 4 : 2;
-      }
     }
     return l;
   }
@@ -376,6 +384,22 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
    * benchmark's L2 flush (fixed since), so that gain was at least partly
    * the flush's; it has not been measured again. */
   l.hint = sm_major >= 8 && row_bytes > 256 * 1024;
+  return l;
+}
+
+/* The forward without gradient of a call the plain kernel does not take
+ * (weights, softcap, accuracy, predicted tokens or smoothing), given the
+ * table's launch for the call: such calls run a row per warp, unsplit and
+ * unpipelined, only where v10 measured that kernel ahead (rows under
+ * 512 KB, at least 12 per SM); elsewhere pass 1 of the two-read kernel
+ * with 256 threads, as before v20. */
+static inline xent_launch xent_launch_nograd_general(xent_launch l, int es, long long vocab,
+                                                     long long rows, int sms) {
+  const long long per_sm = sms > 0 ? sms : 1;
+  if (l.path == XENT_PATH_WARP && (vocab * es >= 512 * 1024 || rows < 12 * per_sm)) {
+    const xent_launch t = {XENT_PATH_TWOREAD, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    return t;
+  }
   return l;
 }
 

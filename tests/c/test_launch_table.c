@@ -91,11 +91,11 @@ static void test_sm90_measured_choices(void **state) {
 }
 
 /* Other GPUs: no keep path and no clusters (unmeasured there); L2 policies
- * from sm_80 for rows over 256 KB. Forward without gradient, everywhere: a
- * row per warp for rows under 512 KB with at least 12 rows per SM (on sm_90
- * fp32 rows of 120 to 256 KB the staged kernel instead, and the other rows
- * shared by 2 or 4 warps of 256-thread blocks), else pass 1 of the two-read
- * kernel with 256 threads. */
+ * from sm_80 for rows over 256 KB. Forward without gradient: on sm_90 the
+ * row-per-warp kernel for every row length with at least 7 rows per SM, in
+ * 256-thread blocks, each row shared by 2, 4 or 8 warps; elsewhere a row per
+ * warp for rows under 512 KB with at least 12 rows per SM; else pass 1 of
+ * the two-read kernel with 256 threads. */
 static void test_other_gpus_and_no_grad(void **state) {
   (void)state;
   const int T = XENT_PATH_TWOREAD, W = XENT_PATH_WARP;
@@ -113,38 +113,77 @@ static void test_other_gpus_and_no_grad(void **state) {
     const want nograd[] = {{2, 262144, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0},  /* 512 KB rows */
                            {2, 32000, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},   /* 62.5 KB     */
                            {4, 30719, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},   /* under 120 KB */
+                           {4, 32000, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},   /* 125 KB      */
                            {2, 128256, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},  /* 251 KB      */
-                           {4, 65537, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},   /* over 256 KB */
-                           {4, 128256, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0}}; /* 501 KB      */
-    /* sm_90: 256 threads, 2 warps a row, 4 for rows of 128 KB and more */
-    const want nograd_sm90[] = {{2, 262144, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0},
+                           {4, 65536, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},   /* 256 KB      */
+                           {4, 128256, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},  /* 501 KB      */
+                           {4, 262144, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0}}; /* 1 MB        */
+    /* sm_90: 2 warps a row under 128 KB, 4 under 384 KB, 8 from there */
+    const want nograd_sm90[] = {{2, 262144, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 8},
                                 {2, 32000, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2},
                                 {4, 30719, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2},
+                                {4, 32000, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2},
                                 {2, 128256, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 4},
-                                {4, 65537, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 4},
-                                {4, 128256, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 4}};
+                                {4, 65536, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 4},
+                                {4, 98303, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 4},
+                                {4, 98304, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 8},
+                                {4, 128256, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 8},
+                                {4, 262144, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 8}};
     for (size_t i = 0; i < sizeof nograd / sizeof nograd[0]; i++)
       expect_pick(sm, 0, sm == 9 ? &nograd_sm90[i] : &nograd[i]);
-    /* fp32 rows of 120 to 256 KB: the staged kernel on sm_90 */
-    const want fp32[] = {{4, 30720, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},  /* 120 KB */
-                         {4, 32000, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},  /* 125 KB */
-                         {4, 65536, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0}}; /* 256 KB */
-    const want fp32_sm90[] = {{4, 30720, XENT_PATH_STAGED, 1, 128, 0, 0, 8, 6, 1, 0, 0, 0},
-                              {4, 32000, XENT_PATH_STAGED, 1, 128, 0, 0, 8, 6, 1, 0, 0, 0},
-                              {4, 65536, XENT_PATH_STAGED, 1, 128, 0, 0, 8, 6, 1, 0, 0, 0}};
-    for (size_t i = 0; i < sizeof fp32 / sizeof fp32[0]; i++)
-      expect_pick(sm, 0, sm == 9 ? &fp32_sm90[i] : &fp32[i]);
     const want few = {2, 128256, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0},
                enough = {2, 128256, W, 1, 128, 0, 0, 4, 0, 0, 0, 0, 0},
-               enough_sm90 = {2, 128256, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2},
+               split2_sm90 = {2, 128256, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2},
                many_sm90 = {2, 128256, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 4};
-    expect_pick_rows(sm, 0, 1024, &few);      /* 7.8 rows per SM  */
-    expect_pick_rows(sm, 0, 12 * 132 - 1, &few);
-    expect_pick_rows(sm, 0, 12 * 132, sm == 9 ? &enough_sm90 : &enough);
-    if (sm == 9) { /* 2 warps a row under 32 rows per SM, 4 from there */
-      expect_pick_rows(sm, 0, 32 * 132 - 1, &enough_sm90);
+    if (sm != 9) {
+      expect_pick_rows(sm, 0, 1024, &few); /* 7.8 rows per SM */
+      expect_pick_rows(sm, 0, 12 * 132 - 1, &few);
+      expect_pick_rows(sm, 0, 12 * 132, &enough);
+    } else { /* 2 warps a row from 7 rows per SM, 4 from 32 (rows under 384 KB) */
+      expect_pick_rows(sm, 0, 7 * 132 - 1, &few);
+      expect_pick_rows(sm, 0, 7 * 132, &split2_sm90);
+      expect_pick_rows(sm, 0, 1024, &split2_sm90);
+      expect_pick_rows(sm, 0, 32 * 132 - 1, &split2_sm90);
       expect_pick_rows(sm, 0, 32 * 132, &many_sm90);
+      /* rows of 384 KB and more: 8 warps a row from 7 rows per SM */
+      const want long8 = {4, 262144, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 8};
+      expect_pick_rows(sm, 0, 7 * 132, &long8);
+      expect_pick_rows(sm, 0, 4096, &long8);
     }
+  }
+}
+
+/* The forward without gradient of the calls the plain kernel does not take
+ * (weights, softcap, accuracy, predicted tokens, smoothing): a row per warp,
+ * unsplit, only for rows under 512 KB with at least 12 rows per SM; else
+ * pass 1 of the two-read kernel with 256 threads. */
+static void test_nograd_general(void **state) {
+  (void)state;
+  const struct {
+    int es;
+    long long V, rows;
+    int warp; /* 1: the table's warp launch stays */
+  } cases[] = {{2, 32000, BT, 1},           {4, 128256, BT, 1},     {2, 262143, BT, 1},
+               {2, 262144, BT, 0},          {4, 262144, BT, 0},     {2, 128256, 12 * 132, 1},
+               {2, 128256, 12 * 132 - 1, 0}, {2, 128256, 1024, 0},  {2, 1048576, 65536, 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const xent_launch t = xent_launch_pick(9, cases[i].es, cases[i].V, 0, cases[i].rows, H200_SMS);
+    const xent_launch g =
+        xent_launch_nograd_general(t, cases[i].es, cases[i].V, cases[i].rows, H200_SMS);
+    if (t.path != XENT_PATH_WARP || (g.path == XENT_PATH_WARP) != cases[i].warp ||
+        (g.path != XENT_PATH_WARP && (g.path != XENT_PATH_TWOREAD || g.threads != 256 ||
+                                      g.cluster != 1 || g.hint || g.warp_split))) {
+      print_message("es=%d V=%lld rows=%lld: table path %d, general path %d threads %d\n",
+                    cases[i].es, cases[i].V, cases[i].rows, t.path, g.path, g.threads);
+      fail();
+    }
+    if (g.path == XENT_PATH_WARP && memcmp(&g, &t, sizeof g) != 0) fail();
+  }
+  /* other GPUs: the table's choice already is the general one */
+  for (int sm = 7; sm <= 10; sm += 3) {
+    const xent_launch t = xent_launch_pick(sm, 2, 32000, 0, BT, H200_SMS);
+    const xent_launch g = xent_launch_nograd_general(t, 2, 32000, BT, H200_SMS);
+    assert_int_equal(memcmp(&g, &t, sizeof g), 0);
   }
 }
 
@@ -168,19 +207,23 @@ static void test_invariants(void **state) {
                 l.path != XENT_PATH_WARP && !staged)
               why = "a path the table never picks";
             else if (l.path == XENT_PATH_WARP &&
-                     (grad || l.threads > XENT_MAX_WARP_THREADS || rows < 12 * H200_SMS ||
-                      row >= 512 * 1024))
+                     (grad || l.threads > XENT_MAX_WARP_THREADS ||
+                      (sm == 9 ? rows < 7 * H200_SMS
+                               : rows < 12 * H200_SMS || row >= 512 * 1024)))
               why = "a row per warp with a gradient, past its launch bounds, with few rows "
-                    "or with rows of 512 KB and more";
+                    "(7 per SM on sm_90, 12 elsewhere) or, off sm_90, with rows of 512 KB and "
+                    "more";
             else if (l.path == XENT_PATH_WARP && l.vecs != 0 && l.vecs != 4 && l.vecs != 6 &&
                      l.vecs != 8)
               why = "a pipelined row per warp the kernel does not have";
             else if (l.warp_split != 0 &&
                      (l.path != XENT_PATH_WARP || sm != 9 || l.vecs != 4 ||
-                      (l.warp_split != 2 && l.warp_split != 4) ||
+                      (l.warp_split != 2 && l.warp_split != 4 && l.warp_split != 8) ||
                       l.threads % (32 * l.warp_split) != 0))
-              why = "rows split over warps other than on sm_90's warp path (2 or 4 warps, 4 "
-                    "vectors a stage, whole rows a block)";
+              why = "rows split over warps other than on sm_90's warp path (2, 4 or 8 warps, "
+                    "4 vectors a stage, whole rows a block)";
+            else if (l.path == XENT_PATH_WARP && sm == 9 && l.warp_split < 2)
+              why = "a warp launch on sm_90 with rows not split";
             else if (l.path == XENT_PATH_WARP || staged ? l.threads % 32 != 0
                                                         : l.threads != 256 && l.threads != 512 &&
                                                               l.threads != 1024)
@@ -193,11 +236,8 @@ static void test_invariants(void **state) {
               why = "keep or staged path off sm_90";
             else if (l.path == XENT_PATH_KEEP && !grad)
               why = "keep path without a gradient";
-            else if (staged && !grad &&
-                     (es != 4 || row < 120 * 1024 || row > 256 * 1024 || rows < 12 * H200_SMS ||
-                      l.hint || l.cluster != 1))
-              why = "staged without a gradient other than for fp32 rows of 120 to 256 KB, many "
-                    "rows, no L2 policy, no cluster";
+            else if (staged && !grad)
+              why = "staged without a gradient (v20: the warp path instead)";
             else if (staged && (row < 60 * 1024 || !xent_staged_fits(&l, sm, H200_SMEM_OPTIN) ||
                                 (long long)l.slots * l.vecs * l.threads * 16 +
                                         XENT_STAGED_STATIC_SMEM + SMEM_RESERVED >
@@ -244,6 +284,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sm90_measured_choices),
       cmocka_unit_test(test_other_gpus_and_no_grad),
+      cmocka_unit_test(test_nograd_general),
       cmocka_unit_test(test_invariants),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
