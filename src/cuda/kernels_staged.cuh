@@ -108,6 +108,20 @@ __device__ __forceinline__ staged_slice staged_locate(const fwd_params &p, int64
   return sl;
 }
 
+/* Chunk c of a slice: its first vector v0 (of the row's aligned body) and
+ * its vectors nv (ring_chunk_vecs; the slice's last chunk may have fewer). */
+struct staged_chunk {
+  int v0, nv;
+};
+
+__device__ __forceinline__ staged_chunk staged_chunk_at(const fwd_params &p,
+                                                        const staged_slice &sl, int c) {
+  staged_chunk k;
+  k.v0 = sl.jb + c * p.ring_chunk_vecs;
+  k.nv = min(p.ring_chunk_vecs, sl.je - k.v0);
+  return k;
+}
+
 /* A position in the ring: the slot and the parity of its current use,
  * advanced one stage at a time (no division per stage). */
 struct ring_pos {
@@ -160,16 +174,16 @@ __device__ __forceinline__ int staged_held(const fwd_params &p, int kept) {
 __device__ __forceinline__ void staged_issue(const fwd_params &p, staged_smem &sm, uint4 *ring,
                                              const uint4 *vp, const staged_slice &sl, int c,
                                              ring_pos &r, bool &used, uint64_t pol) {
-  const int CV = p.ring_chunk_vecs;
-  const int v0 = sl.jb + c * CV, nv = min(CV, sl.je - v0);
+  const staged_chunk k = staged_chunk_at(p, sl, c);
   if (used) {
     mbar_wait(&sm.empty[r.slot], r.phase ^ 1u);
     /* The consumers read the slot through the generic proxy; the copy that
      * overwrites it writes through the async proxy. */
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
-  mbar_arrive_expect(&sm.full[r.slot], (uint32_t)nv * 16u);
-  bulk_load(ring + (size_t)r.slot * CV, vp + v0, (uint32_t)nv * 16u, &sm.full[r.slot], pol);
+  mbar_arrive_expect(&sm.full[r.slot], (uint32_t)k.nv * 16u);
+  bulk_load(ring + (size_t)r.slot * p.ring_chunk_vecs, vp + k.v0, (uint32_t)k.nv * 16u,
+            &sm.full[r.slot], pol);
   ring_next(r, (uint32_t)p.ring_slots);
   if (r.slot == 0) used = true;
 }
@@ -268,17 +282,17 @@ __device__ __forceinline__ void staged_fold_chunk(const fwd_params &p, staged_sm
                                                   uint4 (&v)[U], float &m, float &s, part &q) {
   constexpr int VN = elem<T>::N;
   constexpr bool PLAIN = !GENERAL && !ARGMAX && !SMOOTH;
-  const int tid = threadIdx.x, CV = p.ring_chunk_vecs;
+  const int tid = threadIdx.x;
   const uint4 *sp = staged_wait(p, sm, ring, r) + tid;
-  const int v0 = sl.jb + c * CV, nv = min(CV, sl.je - v0);
-  if (nv == CV) {
+  const staged_chunk k = staged_chunk_at(p, sl, c);
+  if (k.nv == p.ring_chunk_vecs) {
 #pragma unroll
     for (int u = 0; u < U; u++) v[u] = sp[u * nc];
   } else {
 #pragma unroll
     for (int u = 0; u < U; u++) {
       constexpr uint32_t ni = word_max<T>::kNegInf;
-      v[u] = tid + u * nc < nv ? sp[u * nc] : make_uint4(ni, ni, ni, ni);
+      v[u] = tid + u * nc < k.nv ? sp[u * nc] : make_uint4(ni, ni, ni, ni);
     }
   }
   if (c < kept) staged_release(p, sm, r);
@@ -289,8 +303,8 @@ __device__ __forceinline__ void staged_fold_chunk(const fwd_params &p, staged_sm
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int i = tid + u * nc;
-      if (i < nv)
-        fold_vec<T, GENERAL, ARGMAX, SMOOTH>(p, v[u], sl.g.head + (v0 + i) * VN, m, s, q);
+      if (i < k.nv)
+        fold_vec<T, GENERAL, ARGMAX, SMOOTH>(p, v[u], sl.g.head + (k.v0 + i) * VN, m, s, q);
     }
   }
 }
@@ -366,12 +380,13 @@ __device__ __forceinline__ void staged_grad_chunk(const fwd_params &p, staged_sm
                                                   const staged_slice &sl, int c, int nc,
                                                   ring_pos &r) {
   constexpr int VN = elem<T>::N;
-  const int tid = threadIdx.x, CV = p.ring_chunk_vecs;
-  const int v0 = sl.jb + c * CV, nv = min(CV, sl.je - v0);
-  uint4 *gp = vp + v0 + tid;
-  const int j0 = sl.g.head + (v0 + tid) * VN;
-  if (nv == CV) staged_grad<T, U, GENERAL, true>(p, sm, gc, sp, gp, j0, nc, nv - tid, r);
-  else staged_grad<T, U, GENERAL, false>(p, sm, gc, sp, gp, j0, nc, nv - tid, r);
+  const int tid = threadIdx.x;
+  const staged_chunk k = staged_chunk_at(p, sl, c);
+  uint4 *gp = vp + k.v0 + tid;
+  const int j0 = sl.g.head + (k.v0 + tid) * VN;
+  if (k.nv == p.ring_chunk_vecs)
+    staged_grad<T, U, GENERAL, true>(p, sm, gc, sp, gp, j0, nc, k.nv - tid, r);
+  else staged_grad<T, U, GENERAL, false>(p, sm, gc, sp, gp, j0, nc, k.nv - tid, r);
 }
 
 /* Pass 2 for chunk c of a slice held in this thread's registers `v` since
@@ -381,12 +396,13 @@ __device__ __forceinline__ void staged_grad_held(const fwd_params &p, const grad
                                                  const uint4 (&v)[U], uint4 *vp,
                                                  const staged_slice &sl, int c, int nc) {
   constexpr int VN = elem<T>::N;
-  const int tid = threadIdx.x, CV = p.ring_chunk_vecs;
-  const int v0 = sl.jb + c * CV, nv = min(CV, sl.je - v0);
-  uint4 *gp = vp + v0 + tid;
-  const int j0 = sl.g.head + (v0 + tid) * VN;
-  if (nv == CV) staged_write<T, U, GENERAL, true>(p, gc, v, gp, j0, nc, nv - tid);
-  else staged_write<T, U, GENERAL, false>(p, gc, v, gp, j0, nc, nv - tid);
+  const int tid = threadIdx.x;
+  const staged_chunk k = staged_chunk_at(p, sl, c);
+  uint4 *gp = vp + k.v0 + tid;
+  const int j0 = sl.g.head + (k.v0 + tid) * VN;
+  if (k.nv == p.ring_chunk_vecs)
+    staged_write<T, U, GENERAL, true>(p, gc, v, gp, j0, nc, k.nv - tid);
+  else staged_write<T, U, GENERAL, false>(p, gc, v, gp, j0, nc, k.nv - tid);
 }
 
 #endif
