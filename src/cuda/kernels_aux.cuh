@@ -111,6 +111,17 @@ __global__ void __launch_bounds__(kCountThreads) count_kernel(const prep_params 
   }
 }
 
+/* Adds each v[k] whose on[k] is set over the warp, in a fixed tree; the
+ * sums are in lane 0. */
+template <int K>
+__device__ __forceinline__ void warp_sums(double (&v)[K], const bool (&on)[K]) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int k = 0; k < K; k++)
+      if (on[k]) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
+}
+
 /* Sums the values v[k] whose on[k] is set (uniform over the block) over a
  * 1024-thread block in a fixed tree (shuffles within each warp, then across
  * the warps' sums in warp 0), all of them in the same steps and at one
@@ -120,11 +131,7 @@ template <int K>
 __device__ __forceinline__ void block_sums_1024(double (&v)[K], const bool (&on)[K],
                                                 double (*sh)[32]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-    for (int k = 0; k < K; k++)
-      if (on[k]) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
+  warp_sums(v, on);
   if (lane == 0)
 #pragma unroll
     for (int k = 0; k < K; k++) sh[k][warp] = v[k];
@@ -132,11 +139,7 @@ __device__ __forceinline__ void block_sums_1024(double (&v)[K], const bool (&on)
   if (warp != 0) return;
 #pragma unroll
   for (int k = 0; k < K; k++) v[k] = on[k] ? sh[k][lane] : 0.0;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-    for (int k = 0; k < K; k++)
-      if (on[k]) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
+  warp_sums(v, on);
 }
 
 __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const finalize_params f) {
