@@ -222,6 +222,13 @@ static inline int xent_launch_programmatic(const xent_launch *l, int sm_major) {
   return sm_major >= 9 && l->cluster == 1;
 }
 
+/* Where bench/NOTES.md v10 measured a row per warp ahead of pass 1 of the
+ * two-read kernel without a gradient, on an H200: rows under 512 KB, at
+ * least 12 of them per SM (sms: the GPU's multiprocessors). */
+static inline int xent_warp_rows_measured(long long row_bytes, long long rows, int sms) {
+  return row_bytes < 512 * 1024 && rows >= 12LL * (sms > 0 ? sms : 1);
+}
+
 /* The table. sm_major: compute capability major; es: element bytes; rows:
  * the call's rows; sms: the GPU's multiprocessors. */
 static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab,
@@ -276,7 +283,7 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
      * kernel, 256 threads: best or even at every V of the tuning set
      * (bench/NOTES.md v5: 1.03 to 1.29x over 512 threads, even at fp32
      * 262144). Both measured on an H200 only: on other GPUs, unmeasured. */
-    if (row_bytes < 512 * 1024 && rows >= 12 * per_sm) {
+    if (xent_warp_rows_measured(row_bytes, rows, sms)) {
       l.path = XENT_PATH_WARP;
       l.threads = 128;
       /* The plain kernel's pipelined pass: two stages of 4 vectors a lane,
@@ -390,13 +397,12 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
 /* The forward without gradient of a call the plain kernel does not take
  * (weights, softcap, accuracy, predicted tokens or smoothing), given the
  * table's launch for the call: such calls run a row per warp, unsplit and
- * unpipelined, only where v10 measured that kernel ahead (rows under
- * 512 KB, at least 12 per SM); elsewhere pass 1 of the two-read kernel
- * with 256 threads, as before v20. */
+ * unpipelined, only where v10 measured that kernel ahead
+ * (xent_warp_rows_measured); elsewhere pass 1 of the two-read kernel with
+ * 256 threads, as before v20. */
 static inline xent_launch xent_launch_nograd_general(xent_launch l, int es, long long vocab,
                                                      long long rows, int sms) {
-  const long long per_sm = sms > 0 ? sms : 1;
-  if (l.path == XENT_PATH_WARP && (vocab * es >= 512 * 1024 || rows < 12 * per_sm)) {
+  if (l.path == XENT_PATH_WARP && !xent_warp_rows_measured(vocab * es, rows, sms)) {
     const xent_launch t = {XENT_PATH_TWOREAD, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     return t;
   }
