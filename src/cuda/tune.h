@@ -38,9 +38,9 @@ extern "C" {
  *         split * 100 + vecs. vecs 0, or 4, 6 or 8: the plain kernel's
  *         pipelined pass, two stages of `vecs` 16-byte vectors a lane
  *         (calls with weights, softcap, smoothing, accuracy or predicted
- *         tokens keep the unpipelined pass). split 2 or 4 (vecs 4, threads
- *         a multiple of 32 * split): that many warps of the plain kernel
- *         share each row; 0: one.
+ *         tokens keep the unpipelined pass). split 2, 4 or 8 (vecs 4,
+ *         threads a multiple of 32 * split): that many warps of the plain
+ *         kernel share each row; 0: one.
  * path 9: the staged kernel (sm_90+): a persistent grid, a producer warp
  *         streaming the rows through a ring of shared-memory chunks with bulk
  *         copies and `threads` consumer threads (the block has 32 more);

@@ -502,6 +502,19 @@ typedef struct forced_shape {
   int offset;
 } forced_shape;
 
+/* The case of shape `sh` with `rows` rows, a tenth of them ignored, and the
+ * launch it forces (g_launch). */
+static xt_case forced_case(const forced_shape *sh, int64_t rows) {
+  xt_case c = xt_case_default(DTYPES[sh->d], rows, sh->V);
+  c.stride = sh->stride;
+  c.offset = sh->offset;
+  c.ignore_frac = 0.1;
+  g_launch.cluster = sh->cluster;
+  g_launch.threads = sh->threads;
+  g_launch.size = sh->size;
+  return c;
+}
+
 /* Each shape with and without a gradient (half of them in the quick set;
  * RUN_WARP: without, all of them),
  * rows(V) rows of which a tenth are ignored, on the launch `flags` forces,
@@ -518,13 +531,7 @@ static long run_forced_shapes(const forced_shape *shapes, int n, int64_t (*rows)
       if (picked++ % g_shards != g_shard) continue; /* another shard's case */
       const forced_shape *sh = &shapes[i];
       if (sh->cluster > 1 && !has_sm(9)) continue; /* clusters need sm_90 */
-      xt_case c = xt_case_default(DTYPES[sh->d], rows(sh->V), sh->V);
-      c.stride = sh->stride;
-      c.offset = sh->offset;
-      c.ignore_frac = 0.1;
-      g_launch.cluster = sh->cluster;
-      g_launch.threads = sh->threads;
-      g_launch.size = sh->size;
+      xt_case c = forced_case(sh, rows(sh->V));
       errors += run_forced_case(&c, rng, i + grad, grad, flags | (i < 3 ? RUN_COMPARE_CPU : 0),
                                 tag, kernel);
     }
@@ -639,7 +646,7 @@ static void test_cuda_warp(void **state) {
   assert_int_equal(errors, 0);
 }
 
-/* Rows shared by 2 or 4 warps (the plain kernel's pipelined pass, 4
+/* Rows shared by 2, 4 or 8 warps (the plain kernel's pipelined pass, 4
  * vectors a stage), which merge their statistics at a barrier of their own:
  * tiny rows (fewer vectors than lanes) to 1 M elements, every dtype,
  * packed, padded and unaligned, ignored rows among them (every warp of the
@@ -650,29 +657,22 @@ static void test_cuda_warp_split(void **state) {
   (void)state;
   require_gpu();
   xt_rng rng = xt_rng_for("test_cuda_warp_split");
+  /* size: split * 100 + 4, as xent_tune_override takes it */
   const struct {
-    int64_t V;
-    int d, threads, size; /* size: split * 100 + 4, as xent_tune_override takes it */
-    int64_t rows, stride;
-    int offset;
-  } shapes[] = {{32000, 1, 128, 204, 1001, 0, 0},    {7, 2, 64, 204, 2001, 9, 0},
-                {4095, 0, 256, 404, 1001, 4100, 1},  {1000, 0, 128, 404, 3001, 0, 0},
-                {50257, 1, 192, 204, 1001, 50264, 1}, {128256, 2, 256, 204, 203, 0, 0},
-                {1048576, 1, 128, 404, 37, 0, 1},    {33, 1, 128, 404, 999, 0, 1},
-                {262144, 0, 256, 404, 101, 0, 0},    {32000, 1, 256, 804, 1003, 0, 0},
-                {4095, 2, 256, 804, 777, 4100, 1}};
+    forced_shape sh;
+    int64_t rows;
+  } shapes[] = {{{32000, 1, 1, 128, 204, 0, 0}, 1001},      {{7, 2, 1, 64, 204, 9, 0}, 2001},
+                {{4095, 0, 1, 256, 404, 4100, 1}, 1001},    {{1000, 0, 1, 128, 404, 0, 0}, 3001},
+                {{50257, 1, 1, 192, 204, 50264, 1}, 1001},  {{128256, 2, 1, 256, 204, 0, 0}, 203},
+                {{1048576, 1, 1, 128, 404, 0, 1}, 37},      {{33, 1, 1, 128, 404, 0, 1}, 999},
+                {{262144, 0, 1, 256, 404, 0, 0}, 101},      {{32000, 1, 1, 256, 804, 0, 0}, 1003},
+                {{4095, 2, 1, 256, 804, 4100, 1}, 777}};
   const int kinds[] = {0, 4, 1}; /* k mod 8: plain unchecked, plain checked, everything */
   long errors = 0;
   for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
     for (int kd = 0; kd < 3; kd++) {
       if (g_quick && (i + kd) % 2) continue;
-      xt_case c = xt_case_default(DTYPES[shapes[i].d], shapes[i].rows, shapes[i].V);
-      c.stride = shapes[i].stride;
-      c.offset = shapes[i].offset;
-      c.ignore_frac = 0.1;
-      g_launch.cluster = 1;
-      g_launch.threads = shapes[i].threads;
-      g_launch.size = shapes[i].size;
+      xt_case c = forced_case(&shapes[i].sh, shapes[i].rows);
       /* the plain kernel must have split the rows; every feature keeps a row a warp */
       const char *kernel = kinds[kd] % 4 == 0 ? "warp split=" : "warp";
       errors +=
@@ -765,19 +765,13 @@ static void test_cuda_staged_hold(void **state) {
       if (g_quick && variant != 0 && (i + variant) % 2) continue;
       if (picked++ % g_shards != g_shard) continue; /* another shard's case */
       const forced_shape *sh = &shapes[i];
-      xt_case c = xt_case_default(DTYPES[sh->d], staged_rows(sh->V), sh->V);
-      c.stride = sh->stride;
-      c.offset = sh->offset;
-      c.ignore_frac = 0.1;
+      xt_case c = forced_case(sh, staged_rows(sh->V));
       c.reduction = REDS[(i + variant) % 3];
       c.ties = 1;
       c.grad = variant != 2;
       /* no accuracy or predicted tokens: the statistics kernel holds none */
       c.want_acc = c.want_pred = variant == 1;
       if (variant == 1) xt_everything(&c);
-      g_launch.cluster = sh->cluster;
-      g_launch.threads = sh->threads;
-      g_launch.size = sh->size;
       const int flags = RUN_STAGED | (i < 2 ? RUN_COMPARE_CPU : 0);
       errors += cuda_run_case(&c, &rng, "cuda staged hold", flags);
       char kernel[32];
