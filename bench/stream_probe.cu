@@ -174,7 +174,7 @@ typedef struct {
   cudaEvent_t ev0[MAX_ITERS], ev1[MAX_ITERS];
   void *flush;
   int iters, warmup, sms;
-  unsigned *sink;
+  unsigned *sink; /* where the read kernels fold what they read */
 } probe;
 
 typedef struct {
@@ -272,9 +272,10 @@ static const variant kVariants[] = {
 
 /* The flush check: load `n` vectors under `pol`, optionally reset their
  * priority, flush (or not), and time a plain read of them. */
-static int flush_check(probe *p, uint4 *buf, int64_t n, unsigned *sink, int pol, int reset,
-                       int do_flush, stats *out) {
+static int flush_check(probe *p, uint4 *buf, int64_t n, int pol, int reset, int do_flush,
+                       stats *out) {
   const int grid = p->sms * 4, threads = 512;
+  unsigned *sink = p->sink;
   for (int it = 0; it < p->warmup + p->iters; it++) {
     const int k = it - p->warmup;
     if (pol == POL_NORMAL) read_kernel<POL_NORMAL><<<grid, threads, 0, p->stream>>>(buf, n, sink);
@@ -403,7 +404,6 @@ static int run(long long bytes, int iters, int warmup, int read_only) {
   }
   const int64_t nvec = bytes / 16;
   uint4 *a = NULL, *b = NULL;
-  unsigned *sink = NULL;
   CK(cudaMalloc(&p.flush, FLUSH_BYTES));
   CK(cudaMalloc(&p.sink, sizeof(unsigned)));
   if (read_only) {
@@ -414,7 +414,6 @@ static int run(long long bytes, int iters, int warmup, int read_only) {
   }
   CK(cudaMalloc(&a, (size_t)nvec * 16));
   CK(cudaMalloc(&b, (size_t)nvec * 16));
-  CK(cudaMalloc(&sink, sizeof(unsigned)));
   /* 0x3f3f3f3f: a normal float (0.747), so scaling never meets NaN or zero. */
   CK(cudaMemset(a, 0x3f, (size_t)nvec * 16));
   CK(cudaMemset(b, 0x3f, (size_t)nvec * 16));
@@ -469,14 +468,13 @@ static int run(long long bytes, int iters, int warmup, int read_only) {
       {"evict-last, reset to normal, flush", POL_LAST, 1, 1},
   };
   for (size_t c = 0; c < sizeof checks / sizeof checks[0]; c++) {
-    if (flush_check(&p, a, small, sink, checks[c].pol, checks[c].reset, checks[c].flush, &s))
+    if (flush_check(&p, a, small, checks[c].pol, checks[c].reset, checks[c].flush, &s))
       return -1;
     printf("%-40s %9.4f (%.4f / %.4f) %7.3f\n", checks[c].name, s.p50, s.p20, s.p80,
            rb / (s.p50 * 1e-3) / 1e12);
   }
   cudaFree(a);
   cudaFree(b);
-  cudaFree(sink);
   cudaFree(p.sink);
   cudaFree(p.flush);
   return 0;

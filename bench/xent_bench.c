@@ -1156,7 +1156,7 @@ static void usage(void) {
       "  --checked                 GPU: the default checked mode (the forward waits\n"
       "                            for the device's target check) instead of\n"
       "                            XENT_TARGETS_UNCHECKED\n"
-"  --reduction mean|sum|none the loss's reduction (default mean); none writes\n"
+      "  --reduction mean|sum|none the loss's reduction (default mean); none writes\n"
       "                            BT losses, and the forward needs no final kernel\n"
       "  --flush write|read        GPU: the L2 flush before each timed call writes\n"
       "                            256 MiB (default) or reads them, which leaves no\n"
