@@ -62,10 +62,12 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   done
 fi
 
+# Every stage: the carried packages unpacked (a call that carries .deps anew
+# replaces the unpacked copy the tests' binaries were linked against).
+scripts/deps.sh >"$LOGS/deps.log" 2>&1
+. scripts/env.sh
 if has build || [ ! -f build/CMakeCache.txt ]; then
   stamp "build"
-  scripts/deps.sh >"$LOGS/deps.log" 2>&1
-  . scripts/env.sh
   # XENT_TEST_SHARDS: processes that share test_cuda_staged (CTest registers them).
   if cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_PTX=OFF \
        -DXENT_CUDA_TEST_SHARDS="${XENT_TEST_SHARDS:-4}" $XENT_CMAKE_PREFIX >"$LOGS/build.log" 2>&1 &&
