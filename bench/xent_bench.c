@@ -1157,7 +1157,7 @@ static void usage(void) {
       "                            for the device's target check) instead of\n"
       "                            XENT_TARGETS_UNCHECKED\n"
       "  --reduction mean|sum|none the loss's reduction (default mean); none writes\n"
-      "                            BT losses, and the forward needs no final kernel\n"
+      "                            BT losses (no finalize kernel after the forward)\n"
       "  --flush write|read        GPU: the L2 flush before each timed call writes\n"
       "                            256 MiB (default) or reads them, which leaves no\n"
       "                            dirty lines for the timed call to write back\n"
@@ -1181,7 +1181,7 @@ static long long parse_int(const char *flag, const char *s, long long lo, long l
 /* --launch P,C,T,S[;P,C,T,S...]: four integers for xent_tune_override,
  * each; several (with --tune) are the candidates to time. */
 static void parse_launch(config *c, const char *s) {
-  static const long long lo[4] = {1, 0, 32, 0}, hi[4] = {10, 8, 1024, 9999999};
+  static const long long lo[4] = {1, 0, 32, 0}, hi[4] = {11, 8, 1024, 9999999};
   static const char *what[4] = {"path", "cluster", "threads", "size"};
   char list[MAX_LAUNCHES * 32];
   if (strlen(s) >= sizeof list) die_usage("--launch: list too long, got '%s'", s);

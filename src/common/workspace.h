@@ -5,7 +5,9 @@
  *   [0, 256)                 header: counters, error slots, reduction scales
  *   [256, 4352)              per-block partials of the count kernel
  *   then 3 arrays of `rows` floats, each 256-byte aligned:
- *                            loss terms, z-loss, accuracy per row
+ *                            loss terms, z-loss, accuracy per row; on the
+ *                            CUDA segment path first the log-sum-exp of a
+ *                            row's segment 0, 1, 2 (cuda/kernels_segment.cuh)
  */
 #ifndef XENT_WORKSPACE_H
 #define XENT_WORKSPACE_H

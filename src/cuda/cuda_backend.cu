@@ -12,7 +12,9 @@
  *   3. the forward kernel (the path launch_table.h picks), which reads the
  *      scales from the header;
  *   4. (mean, sum) finalize_kernel: the reduced outputs (it counts N itself
- *      where step 1 did not run).
+ *      where step 1 did not run). On the segment path (forward without
+ *      gradient) fwd_segment_merge, which merges each row's segments and
+ *      writes its outputs, runs between steps 3 and 4.
  * Checked mode then waits for the event of step 2 alone, with steps 3 and 4
  * already queued: they read the same verdict and return at once on a bad
  * target or weight, and the call returns its error. In unchecked mode
@@ -32,6 +34,7 @@
 #include "cuda/kernels_aux.cuh"
 #include "cuda/kernels_forward.cuh"
 #include "cuda/kernels_ring.cuh"
+#include "cuda/kernels_segment.cuh"
 #include "cuda/kernels_staged.cuh"
 #include "cuda/kernels_stream.cuh"
 #include "cuda/launch_table.h"
@@ -189,6 +192,9 @@ fwd_kernel pick_kernel(const xent_launch &l, bool general, bool stats) {
         case 8: return fwd_warprow<T, false, false, 8>;
       }
       return fwd_warprow<T, false, false, 0>;
+    case XENT_PATH_SEGMENT: /* the plain kernel only (choose_launch) */
+      if (general || stats) return nullptr;
+      return l.vecs == 8 ? fwd_segment<T, 8> : fwd_segment<T, 4>;
     case XENT_PATH_STAGED:
       if (general) return fwd_staged<T, 4, true, true>;
       if (stats) return fwd_staged<T, 4, false, true>;
@@ -206,6 +212,13 @@ fwd_kernel pick_kernel_dtype(xent_dtype dt, const xent_launch &l, bool general, 
   return nullptr;
 }
 
+/* The segment path's second kernel: each row's segments merged. */
+fwd_kernel segment_merge_kernel(xent_dtype dt) {
+  return dt == XENT_FLOAT32    ? fwd_segment_merge<float>
+         : dt == XENT_BFLOAT16 ? fwd_segment_merge<__nv_bfloat16>
+                               : fwd_segment_merge<__half>;
+}
+
 bool rows_aligned(const xent_input *in) {
   return ((uintptr_t)in->logits & 15u) == 0 &&
          (in->row_stride * (int64_t)xent_dtype_size(in->dtype)) % 16 == 0;
@@ -213,6 +226,9 @@ bool rows_aligned(const xent_input *in) {
 
 xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *l) {
   const int es = (int)xent_dtype_size(c->in.dtype);
+  /* as launch_forward picks the kernel: general, or the statistics flags */
+  const bool plain = !c->in.weights && !c->opt.use_softcap && c->opt.label_smoothing == 0.0f &&
+                     !c->out.token_accuracy && !c->out.predicted;
   if (g_override_on && (c->write_grad || g_override.path != XENT_PATH_RING)) {
     const int aligned = rows_aligned(&c->in);
     xent_launch o = g_override;
@@ -242,6 +258,10 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
              (o.warp_split <= 1 ||
               ((o.warp_split == 2 || o.warp_split == 4 || o.warp_split == 8) && o.vecs == 4 &&
                o.threads % (32 * o.warp_split) == 0));
+      if (o.path == XENT_PATH_SEGMENT) /* no gradient */
+        ok = ok && !c->write_grad && o.cluster == 1 &&
+             xent_segment_fits(&o, es, c->in.vocab) &&
+             c->in.rows * xent_segment_count(&o, es, c->in.vocab) <= 0x7fffffffLL;
       if (o.path == XENT_PATH_ONEREAD)
         ok = ok && o.threads <= XENT_MAX_ONEREAD_THREADS &&
              (o.vecs == 2 || o.vecs == 4 || o.vecs == 8 || o.vecs == 16) &&
@@ -254,12 +274,12 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
                        o.path, o.cluster, o.threads, o.vecs, o.slots, o.keep,
                        (long long)c->in.vocab);
     *l = o;
+    /* the plain kernel's path alone: other calls as the table maps them */
+    if (o.path == XENT_PATH_SEGMENT && !plain)
+      *l = xent_launch_nograd_general(o, es, c->in.vocab, c->in.rows, dp->sms);
     return XENT_OK;
   }
   *l = xent_launch_pick(dp->sm_major, es, c->in.vocab, c->write_grad, c->in.rows, dp->sms);
-  /* as launch_forward picks the kernel: general, or the statistics flags */
-  const bool plain = !c->in.weights && !c->opt.use_softcap && c->opt.label_smoothing == 0.0f &&
-                     !c->out.token_accuracy && !c->out.predicted;
   if (!c->write_grad && !plain)
     *l = xent_launch_nograd_general(*l, es, c->in.vocab, c->in.rows, dp->sms);
   if (l->path == XENT_PATH_STAGED) {
@@ -440,6 +460,7 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
     const int64_t per_block = l.threads / 32 / split;
     blocks = (p.rows + per_block - 1) / per_block;
   }
+  if (l.path == XENT_PATH_SEGMENT) blocks = p.rows * p.seg_count; /* forward_impl's segments */
   if (blocks > 0x7fffffffLL) /* a row (or a group of rows) per block or cluster */
     return xent_fail(XENT_ERROR_UNSUPPORTED, "rows = %lld is more than one launch can hold",
                      (long long)p.rows);
@@ -456,6 +477,7 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
                      : l.path == XENT_PATH_KEEP    ? "keep"
                      : l.path == XENT_PATH_WARP    ? "warp"
                      : l.path == XENT_PATH_STAGED  ? "staged"
+                     : l.path == XENT_PATH_SEGMENT ? "segment"
                                                    : "two-read";
   if (l.path == XENT_PATH_STREAM)
     snprintf(g_last_launch, sizeof g_last_launch, "%s threads=%d slots=%d grid=%lld%s", name,
@@ -474,6 +496,9 @@ xent_status launch_forward(const xent_launch &l, const dev_props *dp, xent_dtype
              "%s cluster=%d threads=%d smem_vecs=%d grid=%lld%s%s", name, l.cluster, l.threads,
              p.keep_vecs, (long long)blocks, l.per_row ? " per-row" : "",
              general ? " general" : "");
+  else if (l.path == XENT_PATH_SEGMENT)
+    snprintf(g_last_launch, sizeof g_last_launch, "%s threads=%d vecs=%d segments=%d grid=%lld",
+             name, l.threads, l.vecs, p.seg_count, (long long)blocks);
   else if (split > 1)
     snprintf(g_last_launch, sizeof g_last_launch, "%s cluster=%d threads=%d vecs=%d split=%d",
              name, l.cluster, l.threads, l.vecs, split);
@@ -632,7 +657,9 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
   /* The staged path's row counter lives in the workspace header, zeroed
    * with it. */
   const bool ticket = l.path == XENT_PATH_STAGED && l.ticket;
-  const bool need_ws = need_count || !per_row || ticket;
+  /* The segment path leaves its segments' log-sum-exps in the row arrays. */
+  const bool segment = l.path == XENT_PATH_SEGMENT;
+  const bool need_ws = need_count || !per_row || ticket || segment;
 
   char *ws = NULL;
   bool owned = false;
@@ -717,8 +744,27 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
     p.row_acc = per_row ? out->token_accuracy : (out->token_accuracy ? ws_acc : NULL);
     p.lse_out = out->lse;
     p.pred_out = out->predicted;
+    if (segment) { /* equal segments of the rows' whole vectors */
+      const int es = (int)xent_dtype_size(in->dtype);
+      const long long segs = xent_segment_count(&l, es, in->vocab);
+      const long long nvec = in->vocab * es / 16;
+      p.seg_lse = ws_loss;
+      p.seg_pitch = (int64_t)(arr / sizeof(float));
+      p.seg_count = (int)segs;
+      p.seg_vecs = (int)((nvec + segs - 1) / segs);
+    }
     if ((st = launch_forward(l, dp, in->dtype, general, p, stream))) break;
 
+    if (segment) { /* the segments merged, a thread per row */
+      cudaLaunchAttribute attr[1];
+      const cudaLaunchConfig_t cfg =
+          plain_config((unsigned)((in->rows + 255) / 256), 256, stream, attr, dp->sm_major);
+      cudaError_t e = cudaLaunchKernelEx(&cfg, segment_merge_kernel(in->dtype), p);
+      if (e != cudaSuccess) {
+        st = cuda_fail(e, "fwd_segment_merge launch");
+        break;
+      }
+    }
     if (!per_row) {
       finalize_params f;
       f.hdr = p.hdr;
@@ -912,6 +958,7 @@ void xent_tune_override(int path, int cluster, int threads, int size) {
     o.path = XENT_PATH_KEEP;
     o.per_row = 1;
   }
+  if (path == XENT_PATH_SEGMENT) o.vecs = size;
   if (path == XENT_PATH_WARP) { /* size = split * 100 + vecs (0, or 4, 6, 8) */
     o.vecs = size % 100;
     o.warp_split = size / 100;
@@ -934,7 +981,7 @@ void xent_tune_override(int path, int cluster, int threads, int size) {
     o.lsu = 1;
   }
   g_override = o;
-  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_STAGED + 1;
+  g_override_on = path >= XENT_PATH_TWOREAD && path <= XENT_PATH_SEGMENT;
 }
 
 const char *xent_tune_last_launch(void) { return g_last_launch; }

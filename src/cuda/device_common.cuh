@@ -108,6 +108,12 @@ struct fwd_params {
   float *row_acc;          /* accuracy per row (may be NULL)                    */
   float *lse_out;          /* optional                                          */
   int64_t *pred_out;       /* optional                                          */
+  float *seg_lse;          /* fwd_segment: segment k of row r leaves its
+                              log-sum-exp at seg_lse[k * seg_pitch + r]       */
+  int64_t seg_pitch;
+  int seg_count;           /* fwd_segment: segments a row, of seg_vecs vectors
+                              (the last one of a row may hold fewer)          */
+  int seg_vecs;
 };
 
 struct prep_params {

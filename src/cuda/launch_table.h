@@ -56,6 +56,15 @@
  *             statistics) pipelines its loads in two stages of that many
  *             16-byte vectors a lane; 0 (and the other kernels): 8 vectors
  *             in flight, then folded.
+ *   segment   (fwd_segment + fwd_segment_merge): forward without gradient,
+ *             the plain kernel only (no weights, softcap or statistics).
+ *             Each row is cut into at most XENT_SEGMENT_MAX segments of at
+ *             most `threads` * `vecs` 16-byte vectors, a block per segment:
+ *             every thread issues its `vecs` loads at once (4 or 8), then
+ *             the block reduces the segment to its log-sum-exp, which it
+ *             leaves in the workspace. A second kernel, a thread per row,
+ *             merges a row's segments and writes its outputs. Any GPU, any
+ *             alignment.
  */
 #ifndef XENT_CUDA_LAUNCH_TABLE_H
 #define XENT_CUDA_LAUNCH_TABLE_H
@@ -67,7 +76,8 @@ enum {
   XENT_PATH_STREAM = 5,
   XENT_PATH_KEEP = 6,
   XENT_PATH_WARP = 8,
-  XENT_PATH_STAGED = 9
+  XENT_PATH_STAGED = 9,
+  XENT_PATH_SEGMENT = 11
 };
 
 typedef struct xent_launch {
@@ -125,7 +135,10 @@ enum {
   XENT_STAGED_MAX_THREADS = 512,   /* fwd_staged's block, producer warp included:
                                       up to 128 registers a thread             */
   XENT_STAGED_STATIC_SMEM = 2560,  /* fwd_staged's barriers, queue, inbox        */
-  XENT_STAGED_MAX_HOLD = 2         /* fwd_staged's chunks held in registers      */
+  XENT_STAGED_MAX_HOLD = 2,        /* fwd_staged's chunks held in registers      */
+  XENT_SEGMENT_MAX = 3,            /* segments a row: one per row array of the
+                                      workspace (common/workspace.h)           */
+  XENT_SEGMENT_MAX_THREADS = 256   /* fwd_segment's launch bounds               */
 };
 
 /* Can the staged path run with this configuration? `threads` counts the
@@ -164,6 +177,20 @@ static inline int xent_launch_fits(const xent_launch *l, int es, long long vocab
   long long vn = 16 / es;
   long long capacity = (long long)l->cluster * l->threads * l->vecs;
   return capacity >= vocab / vn && (long long)l->cluster * l->threads >= 2 * (vn - 1);
+}
+
+/* Segments of a row of V elements of `es` bytes on the segment path: as
+ * many blocks of threads * vecs vectors as its whole vectors need (one for
+ * a row of none); more than XENT_SEGMENT_MAX when the path cannot take it. */
+static inline long long xent_segment_count(const xent_launch *l, int es, long long vocab) {
+  const long long nvec = vocab * es / 16, per_block = (long long)l->threads * l->vecs;
+  return nvec <= per_block ? 1 : (nvec + per_block - 1) / per_block;
+}
+
+/* Can the segment path run these rows with this configuration? */
+static inline int xent_segment_fits(const xent_launch *l, int es, long long vocab) {
+  return l->threads >= 32 && l->threads % 32 == 0 && l->threads <= XENT_SEGMENT_MAX_THREADS &&
+         (l->vecs == 4 || l->vecs == 8) && xent_segment_count(l, es, vocab) <= XENT_SEGMENT_MAX;
 }
 
 /* Chunks of a ring block's slice when a row of V elements is split K ways
@@ -402,6 +429,10 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
  * 256 threads, as before v20. */
 static inline xent_launch xent_launch_nograd_general(xent_launch l, int es, long long vocab,
                                                      long long rows, int sms) {
+  if (l.path == XENT_PATH_SEGMENT) { /* the plain kernel's path alone: a row per warp */
+    const xent_launch w = {XENT_PATH_WARP, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    l = w;
+  }
   if (l.path == XENT_PATH_WARP && !xent_warp_rows_measured(vocab * es, rows, sms)) {
     const xent_launch t = {XENT_PATH_TWOREAD, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     return t;

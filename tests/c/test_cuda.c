@@ -219,7 +219,8 @@ enum {
   RUN_KEEP_PER_ROW = 512,
   RUN_WARP = 1024,
   RUN_STAGED = 2048,       /* rows from the workspace's counter (over a cluster: mailed) */
-  RUN_STAGED_STATIC = 4096 /* every grid-th row per block                   */
+  RUN_STAGED_STATIC = 4096, /* every grid-th row per block                  */
+  RUN_SEGMENT = 8192
 };
 
 /* The launch RUN_STREAM, RUN_KEEP(_PER_ROW) and RUN_TWO_READ_CLUSTER force: blocks
@@ -239,6 +240,7 @@ static void force_path(int flags) {
   else if (flags & RUN_KEEP_PER_ROW)
     xent_tune_override(7, g_launch.cluster, g_launch.threads, g_launch.size);
   else if (flags & RUN_WARP) xent_tune_override(8, 1, g_launch.threads, g_launch.size);
+  else if (flags & RUN_SEGMENT) xent_tune_override(11, 1, g_launch.threads, g_launch.size);
   else if (flags & RUN_STAGED)
     xent_tune_override(9, g_launch.cluster, g_launch.threads, g_launch.size);
   else if (flags & RUN_STAGED_STATIC)
@@ -281,6 +283,7 @@ static long cuda_run_problem(xt_problem *pb, const char *tag, int flags) {
            : (flags & RUN_KEEP)                            ? " keep"
            : (flags & RUN_KEEP_PER_ROW)                    ? " keep per-row"
            : (flags & RUN_WARP)                            ? " warp"
+           : (flags & RUN_SEGMENT)                         ? " segment"
            : (flags & (RUN_STAGED | RUN_STAGED_STATIC))    ? " staged"
            : (flags & RUN_ONE_READ)                        ? " one-read"
                                                            : "",
@@ -682,6 +685,41 @@ static void test_cuda_warp_split(void **state) {
   assert_int_equal(errors, 0);
 }
 
+/* The segment path (the plain kernel without gradient): rows of 1 to 3
+ * segments, segments holding fewer vectors than threads, rows of extra
+ * elements alone, every dtype, packed, padded and unaligned (segment 0 folds
+ * the extras), ignored rows among them, with and without a workspace of the
+ * caller's (the segments live in its row arrays), every reduction. Calls
+ * the plain kernel does not take (every feature at once) run a row per
+ * warp or the two-read kernel instead, as the launch table maps them. */
+static void test_cuda_segment(void **state) {
+  (void)state;
+  require_gpu();
+  xt_rng rng = xt_rng_for("test_cuda_segment");
+  /* V, dtype, -, threads, vectors a thread, stride, offset; rows */
+  const struct {
+    forced_shape sh;
+    int64_t rows;
+  } shapes[] = {{{32000, 1, 1, 256, 8, 0, 0}, 1001},     {{1, 0, 1, 256, 8, 0, 0}, 1001},
+                {{7, 2, 1, 64, 4, 9, 0}, 2001},          {{4095, 1, 1, 128, 8, 4100, 1}, 777},
+                {{24000, 1, 1, 256, 4, 0, 1}, 501},      {{24576, 0, 1, 256, 8, 0, 0}, 301},
+                {{40000, 2, 1, 256, 8, 40008, 1}, 401},  {{1000, 0, 1, 32, 4, 1003, 1}, 999},
+                {{33, 1, 1, 64, 4, 0, 1}, 1999},         {{32000, 2, 1, 192, 8, 32000 + 5, 0}, 603}};
+  const int kinds[] = {0, 4, 1}; /* k mod 8: plain unchecked, plain checked, everything */
+  long errors = 0;
+  for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
+    for (int kd = 0; kd < 3; kd++) {
+      if (g_quick && (i + kd) % 2) continue;
+      xt_case c = forced_case(&shapes[i].sh, shapes[i].rows);
+      const int flags = RUN_SEGMENT | (i % 2 ? RUN_WORKSPACE : 0) | (i < 2 ? RUN_COMPARE_CPU : 0);
+      /* every feature: whichever kernel the table maps the call to */
+      const char *kernel = kinds[kd] % 4 == 0 ? "segment" : "";
+      errors += run_forced_case(&c, &rng, 8 * i + kinds[kd], 0, flags, "cuda segment", kernel);
+    }
+  }
+  assert_int_equal(errors, 0);
+}
+
 /* Enough rows that every block of the staged path's persistent grid (one
  * or more per SM, or per cluster) takes several: its ring wraps within and across
  * rows, and the producer announces rows ahead of the consumers. */
@@ -947,12 +985,18 @@ static const struct {
     {8, 1, 128, 0, 0, 1, "warp"},
     {9, 1, 128, 100803, 9, 0, "staged"},
     {10, 2, 128, 803, 9, 0, "staged cluster 2"},
+    {11, 1, 256, 8, 0, 1, "segment"}, /* the plain kernel: no accuracy, no predicted tokens */
 };
 
 /* One call on launch CHECKED_LAUNCHES[li], its verdict copied back (`copy`)
  * or written into mapped memory; both overrides are undone after it. */
 static xent_status checked_call(const dev_buf *d, const xt_problem *pb, int li, int copy) {
   xent_exec ex = cuda_exec(NULL, 0);
+  xt_problem plain = *pb; /* the segment path takes the plain kernel's calls alone */
+  if (CHECKED_LAUNCHES[li].path == 11) {
+    plain.c.want_acc = plain.c.want_pred = 0;
+    pb = &plain;
+  }
   xent_tune_override(CHECKED_LAUNCHES[li].path, CHECKED_LAUNCHES[li].cluster,
                      CHECKED_LAUNCHES[li].threads, CHECKED_LAUNCHES[li].size);
   xent_tune_verdict_copy(copy);
@@ -1966,6 +2010,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_staged_hold),
       cmocka_unit_test(test_cuda_warp),
       cmocka_unit_test(test_cuda_warp_split),
+      cmocka_unit_test(test_cuda_segment),
       cmocka_unit_test(test_cuda_tworead_cluster),
       cmocka_unit_test(test_cuda_layouts),
       cmocka_unit_test(test_cuda_ignored_rows),

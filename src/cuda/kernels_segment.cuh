@@ -1,0 +1,132 @@
+/*
+ * kernels_segment.cuh - the forward without gradient in segments: each row
+ * cut into at most XENT_SEGMENT_MAX segments, a block per segment.
+ *
+ * fwd_segment: every thread issues all of its `U` 16-byte loads of the
+ *   segment at once (the bare read's shape), folds them into an online
+ *   (max, sum), and the block reduces those to the segment's log-sum-exp,
+ *   which thread 0 leaves in the workspace. Blocks are short (a few us), so
+ *   the hardware's block scheduler keeps every SM busy to the end of the
+ *   grid: the faster SMs take more segments. Segment 0 also folds the row's
+ *   extra elements (before its first and after its last whole vector).
+ * fwd_segment_merge: a thread per row merges the row's segments, reads the
+ *   target's logit and writes the row's outputs (finish_row). For mean and
+ *   sum the finalize kernel follows, as after every forward kernel. (One
+ *   block doing both, in one launch, was 10 us slower at 8192 rows: the
+ *   merge's dependent loads, a few rows a thread, bench/NOTES.md v22.)
+ *
+ * The segments' log-sum-exps live in the workspace's three row arrays
+ * (loss, z, accuracy terms; common/workspace.h), segment k in array k. The
+ * merge writes a row's outputs, which may go to the same arrays, only
+ * after it has read that row's segments, in the same thread.
+ */
+#ifndef XENT_CUDA_KERNELS_SEGMENT_CUH
+#define XENT_CUDA_KERNELS_SEGMENT_CUH
+
+#include "cuda/device_common.cuh"
+#include "cuda/launch_table.h"
+
+namespace xent {
+
+/* xent_merge_max_sum with the hardware's exp2: (m, s) += (m2, s2), a NaN
+ * in either sum kept. */
+__device__ __forceinline__ void merge_max_sum_fast(float &m, float &s, float m2, float s2) {
+  const float mn = fmaxf(m, m2);
+  if (mn == -INFINITY) {
+    s += s2;
+    return;
+  }
+  s = s * fast_exp2((m - mn) * kLog2e) + s2 * fast_exp2((m2 - mn) * kLog2e);
+  m = mn;
+}
+
+/* The block's (max, sum) pairs merged into thread 0's, in a fixed order
+ * (a butterfly; each lane merges its partner's into its own), so the same
+ * inputs give the same bits. At most 8 warps (XENT_SEGMENT_MAX_THREADS).
+ * `scratch`: 8 pairs. */
+__device__ __forceinline__ void block_max_sum(float &m, float &s, float2 *scratch) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    merge_max_sum_fast(m, s, __shfl_xor_sync(0xffffffffu, m, o),
+                       __shfl_xor_sync(0xffffffffu, s, o));
+  if (lane == 0) scratch[warp] = make_float2(m, s);
+  __syncthreads();
+  if (warp != 0) return;
+  const float2 q = lane < (int)(blockDim.x >> 5) ? scratch[lane] : make_float2(-INFINITY, 0.0f);
+  m = q.x;
+  s = q.y;
+#pragma unroll
+  for (int o = 4; o > 0; o >>= 1)
+    merge_max_sum_fast(m, s, __shfl_xor_sync(0xffffffffu, m, o),
+                       __shfl_xor_sync(0xffffffffu, s, o));
+}
+
+/* One segment of one row a block: blockIdx.x = row * seg_count + segment.
+ * At most 48 registers (5 blocks of 256 threads a SM; 54 unbounded), none
+ * spilled. */
+template <typename T, int U>
+__global__ void __launch_bounds__(XENT_SEGMENT_MAX_THREADS, 5) fwd_segment(const fwd_params p) {
+  if (kernel_enter(p.verdict)) return; /* checked mode, a bad target: write nothing */
+  const int64_t row = blockIdx.x / (unsigned)p.seg_count;
+  const int seg = (int)(blockIdx.x - row * p.seg_count);
+  const char *rowp = p.x + row * p.stride_bytes;
+  const row_geom g = make_geom<T>(rowp, p.vocab);
+  const uint4 *vp = (const uint4 *)(rowp + (int64_t)g.head * (int)sizeof(T));
+  const int j0 = seg * p.seg_vecs + (int)threadIdx.x;
+  const int jend = min((seg + 1) * p.seg_vecs, g.nvec);
+  constexpr uint32_t ni = word_max<T>::kNegInf; /* past the segment: adds nothing */
+  uint4 v[U];
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    const int j = j0 + u * (int)blockDim.x;
+    v[u] = j < jend ? ld_plain(vp + j) : make_uint4(ni, ni, ni, ni);
+  }
+  float m = -INFINITY, s = 0.0f;
+  fold_stage<T, U>(v, m, s);
+  if (seg == 0) {
+    part unused = part_empty();
+    fold_extras<T, false, false, false>(p, rowp, g, (int)threadIdx.x, (int)blockDim.x, m, s,
+                                        unused);
+  }
+  __shared__ float2 scratch[XENT_SEGMENT_MAX_THREADS / 32];
+  block_max_sum(m, s, scratch);
+  /* -inf for a segment of -inf alone, NaN for one holding a NaN */
+  if (threadIdx.x == 0) p.seg_lse[seg * p.seg_pitch + row] = m + logf(s);
+}
+
+/* A thread per row: the row's segments merged, then its outputs; the
+ * finalize kernel follows for mean and sum. */
+template <typename T>
+__global__ void __launch_bounds__(256) fwd_segment_merge(const fwd_params p) {
+  if (kernel_enter(p.verdict)) return;
+  const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= p.rows) return;
+  /* read before any output of the row is written: they may share arrays */
+  float lse[XENT_SEGMENT_MAX];
+#pragma unroll
+  for (int k = 0; k < XENT_SEGMENT_MAX; k++)
+    lse[k] = k < p.seg_count ? p.seg_lse[k * p.seg_pitch + row] : -INFINITY;
+  const int64_t y64 = load_target(p.targets, p.target64, row);
+  const bool bad = target_bad(p, y64);
+  if (bad || y64 == p.ignore_index) {
+    skipped_row_outputs(p, row, bad);
+    return;
+  }
+  const int y = (int)y64;
+  const float xy = load_xy<T, false>(p, p.x + row * p.stride_bytes, y);
+  part r = part_empty();
+#pragma unroll
+  for (int k = 0; k < XENT_SEGMENT_MAX; k++) {
+    /* a segment as a (max, sum) pair: (lse, 1); -inf adds nothing; a NaN
+     * is carried by the sum, where xent_merge_max_sum keeps it */
+    const float l = lse[k];
+    if (l != l) xent_merge_max_sum(&r.m, &r.s, -INFINITY, l);
+    else if (l != -INFINITY) xent_merge_max_sum(&r.m, &r.s, l, 1.0f);
+  }
+  finish_row(p, r, xy, row, y, true);
+}
+
+}  // namespace xent
+
+#endif
