@@ -93,12 +93,13 @@ static void test_sm90_measured_choices(void **state) {
 /* Other GPUs: no keep path and no clusters (unmeasured there); L2 policies
  * from sm_80 for rows over 256 KB. Forward without gradient: on sm_90 the
  * row-per-warp kernel for every row length with at least 7 rows per SM, in
- * 256-thread blocks, each row shared by 2, 4 or 8 warps; elsewhere a row per
+ * 256-thread blocks, each row shared by 2, 4 or 8 warps, but the segment
+ * path for rows of 32 to 64 KB with at most 64 rows per SM; elsewhere a row per
  * warp for rows under 512 KB with at least 12 rows per SM; else pass 1 of
  * the two-read kernel with 256 threads. */
 static void test_other_gpus_and_no_grad(void **state) {
   (void)state;
-  const int T = XENT_PATH_TWOREAD, W = XENT_PATH_WARP;
+  const int T = XENT_PATH_TWOREAD, W = XENT_PATH_WARP, G = XENT_PATH_SEGMENT;
   const want sm80[] = {{2, 50304, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0},
                        {2, 128256, T, 1, 512, 0, 0, 0, 0, 0, 0, 0, 0},
                        {2, 262144, T, 1, 1024, 0, 1, 0, 0, 0, 0, 0, 0},
@@ -120,7 +121,7 @@ static void test_other_gpus_and_no_grad(void **state) {
                            {4, 262144, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0}}; /* 1 MB        */
     /* sm_90: 2 warps a row under 128 KB, 4 under 384 KB, 8 from there */
     const want nograd_sm90[] = {{2, 262144, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 8},
-                                {2, 32000, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2},
+                                {2, 32000, G, 1, 256, 0, 0, 8, 0, 0, 0, 0, 0},
                                 {4, 30719, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2},
                                 {4, 32000, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2},
                                 {2, 128256, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 4},
@@ -145,6 +146,21 @@ static void test_other_gpus_and_no_grad(void **state) {
       expect_pick_rows(sm, 0, 1024, &split2_sm90);
       expect_pick_rows(sm, 0, 32 * 132 - 1, &split2_sm90);
       expect_pick_rows(sm, 0, 32 * 132, &many_sm90);
+      /* rows of 32 to 64 KB, 7 to 64 rows per SM: the segment path */
+      const want seg = {2, 32000, G, 1, 256, 0, 0, 8, 0, 0, 0, 0, 0},
+                 seg_few = {2, 32000, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0},
+                 seg_many = {2, 32000, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2};
+      expect_pick_rows(sm, 0, 7 * 132 - 1, &seg_few);
+      expect_pick_rows(sm, 0, 7 * 132, &seg);
+      expect_pick_rows(sm, 0, 64 * 132, &seg);
+      expect_pick_rows(sm, 0, 64 * 132 + 1, &seg_many);
+      const want edges[] = {{2, 16383, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2},  /* under 32 KB */
+                            {2, 16384, G, 1, 256, 0, 0, 8, 0, 0, 0, 0, 0},  /* 32 KB */
+                            {2, 32768, G, 1, 256, 0, 0, 8, 0, 0, 0, 0, 0},  /* 64 KB */
+                            {2, 32769, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2},  /* over 64 KB */
+                            {4, 8192, G, 1, 256, 0, 0, 8, 0, 0, 0, 0, 0},   /* fp32 32 KB */
+                            {4, 16384, G, 1, 256, 0, 0, 8, 0, 0, 0, 0, 0}}; /* fp32 64 KB */
+      for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) expect_pick(sm, 0, &edges[i]);
       /* rows of 384 KB and more: 8 warps a row from 7 rows per SM */
       const want long8 = {4, 262144, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 8};
       expect_pick_rows(sm, 0, 7 * 132, &long8);
@@ -162,7 +178,7 @@ static void test_nograd_general(void **state) {
   const struct {
     int es;
     long long V, rows;
-    int warp; /* 1: the table's warp launch stays */
+    int warp; /* 1: a row per warp (the table's launch, or unsplit after the segment path) */
   } cases[] = {{2, 32000, BT, 1},           {4, 128256, BT, 1},     {2, 262143, BT, 1},
                {2, 262144, BT, 0},          {4, 262144, BT, 0},     {2, 128256, 12 * 132, 1},
                {2, 128256, 12 * 132 - 1, 0}, {2, 128256, 1024, 0},  {2, 1048576, 65536, 0}};
@@ -170,14 +186,19 @@ static void test_nograd_general(void **state) {
     const xent_launch t = xent_launch_pick(9, cases[i].es, cases[i].V, 0, cases[i].rows, H200_SMS);
     const xent_launch g =
         xent_launch_nograd_general(t, cases[i].es, cases[i].V, cases[i].rows, H200_SMS);
-    if (t.path != XENT_PATH_WARP || (g.path == XENT_PATH_WARP) != cases[i].warp ||
+    if ((t.path != XENT_PATH_WARP && t.path != XENT_PATH_SEGMENT) ||
+        (g.path == XENT_PATH_WARP) != cases[i].warp ||
         (g.path != XENT_PATH_WARP && (g.path != XENT_PATH_TWOREAD || g.threads != 256 ||
                                       g.cluster != 1 || g.hint || g.warp_split))) {
       print_message("es=%d V=%lld rows=%lld: table path %d, general path %d threads %d\n",
                     cases[i].es, cases[i].V, cases[i].rows, t.path, g.path, g.threads);
       fail();
     }
-    if (g.path == XENT_PATH_WARP && memcmp(&g, &t, sizeof g) != 0) fail();
+    /* the table's warp launch stays; the segment path's calls a row per warp */
+    const xent_launch row_per_warp = {XENT_PATH_WARP, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (g.path == XENT_PATH_WARP &&
+        memcmp(&g, t.path == XENT_PATH_SEGMENT ? &row_per_warp : &t, sizeof g) != 0)
+      fail();
   }
   /* other GPUs: the table's choice already is the general one */
   for (int sm = 7; sm <= 10; sm += 3) {
@@ -204,8 +225,14 @@ static void test_invariants(void **state) {
             const char *why = NULL;
             const int staged = l.path == XENT_PATH_STAGED;
             if (l.path != XENT_PATH_TWOREAD && l.path != XENT_PATH_KEEP &&
-                l.path != XENT_PATH_WARP && !staged)
+                l.path != XENT_PATH_WARP && l.path != XENT_PATH_SEGMENT && !staged)
               why = "a path the table never picks";
+            else if (l.path == XENT_PATH_SEGMENT &&
+                     (grad || sm != 9 || rows < 7 * H200_SMS || rows > 64 * H200_SMS ||
+                      row < 32 * 1024 || row > 64 * 1024 || l.threads != 256 || l.vecs != 8 ||
+                      !xent_segment_fits(&l, es, V) || xent_segment_count(&l, es, V) > 2))
+              why = "the segment path outside sm_90's forward without gradient, 7 to 64 rows "
+                    "a SM and rows of 32 to 64 KB (two segments of 256 threads, 8 vectors)";
             else if (l.path == XENT_PATH_WARP &&
                      (grad || l.threads > XENT_MAX_WARP_THREADS ||
                       (sm == 9 ? rows < 7 * H200_SMS
