@@ -890,7 +890,8 @@ static const int64_t tune_vocab_values[] = {32000, 50304, 128256, 152064, 262144
  * only; with one it reports unsupported), 9 staged (size = chunks held in
  * registers * 1000000 + chunks pass 2 reuses from shared memory * 100000 +
  * hint * 10000 + vectors per thread and chunk * 100 + chunks; 10: every
- * grid-th row, no row counter). The
+ * grid-th row, no row counter), 11 segment (forward without gradient only,
+ * the plain kernel; size = vectors a thread, 4 or 8). The
  * one-read (2), ring (3, 4) and stream (5) kernels lost to two-read at every size measured
  * (bench/NOTES.md v1, v4, v5) and are left out of the sweep;
  * xent_tune_override still runs them. */
@@ -904,7 +905,8 @@ static const int tune_candidates[][4] = {
     {8, 1, 64, 0},   {8, 1, 128, 0},   {8, 1, 256, 0},  {9, 1, 416, 10804},
     {9, 1, 448, 10804}, {9, 1, 480, 10406}, {10, 1, 416, 10804}, {10, 2, 416, 10804},
     {10, 4, 416, 10804}, {9, 1, 64, 10806}, {9, 1, 128, 10806}, {9, 1, 416, 310804},
-    {9, 1, 416, 410804}, {10, 2, 416, 310804}, {10, 4, 416, 310804}, {9, 1, 416, 200804}};
+    {9, 1, 416, 410804}, {10, 2, 416, 310804}, {10, 4, 416, 310804}, {9, 1, 416, 200804},
+    {11, 1, 256, 8},  {11, 1, 128, 8}};
 
 typedef struct tune_ref {
   float loss;
@@ -1067,9 +1069,13 @@ static int run_tune(gpu_ctx *g, const config *cfg, int iters, int warmup) {
                    "staged cluster=%d threads=%d+32 vecs=%d slots=%d reuse=%d hold=%d%s%s", cl,
                    th, sz / 100 % 100, sz % 100, sz / 100000 % 10, sz / 1000000 % 10,
                    sz / 10000 % 10 ? " l2-hint" : "", pa == 10 ? " static" : "");
-        else /* 8, the only other path among the candidates */
+        else if (pa == 11)
+          snprintf(name, sizeof name, "segment threads=%d vecs=%d", th, sz);
+        else if (pa == 8)
           snprintf(name, sizeof name, "warp threads=%d vecs=%d split=%d", th, sz % 100,
                    sz / 100 > 1 ? sz / 100 : 1);
+        else /* only --launch reaches the others (2 to 5) */
+          snprintf(name, sizeof name, "path %d cluster=%d threads=%d size=%d", pa, cl, th, sz);
         xent_tune_override(pa, cl, th, sz);
         if (gpu_time_mode(g, mode, 0, iters, warmup, &s, &st)) {
           if (st == XENT_ERROR_UNSUPPORTED) {

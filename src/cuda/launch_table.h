@@ -295,11 +295,11 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
        * Rows of 32 to 64 KB with at most 64 rows per SM: the segment path,
        * two segments of up to 32 KB a row (256 threads, 8 vectors each),
        * plus the merge kernel. On an H200 (bench/NOTES.md v22, same
-       * process, against 2 warps a row): bf16 V = 32000, BT = 2048 1.032x,
-       * 8192 1.025x (reduction none 1.024x); bf16 16000 1.065x, fp32 16000
-       * 1.042x at BT = 8192. Slower at BT = 32768 (bf16 32000 0.992x), at
-       * 16 KB rows (bf16 8192: 0.89x with 128 threads) and not measured
-       * ahead for 96 KB rows (3 segments). */
+       * process, against 2 warps a row): bf16 V = 32000, BT = 2048 1.024x,
+       * 8192 1.024x (reduction none 1.022x; 1.032x in another run); bf16
+       * 16000 1.065x, fp32 16000 1.040x at BT = 8192. Slower at BT = 32768
+       * (bf16 32000 0.993x); rows under 32 KB and of 3 segments (to 96 KB)
+       * not measured with this kernel. */
       if (rows <= 64 * per_sm && row_bytes >= 32 * 1024 && row_bytes <= 64 * 1024) {
         l.path = XENT_PATH_SEGMENT;
         l.vecs = 8;
