@@ -649,6 +649,34 @@ static void test_cuda_warp(void **state) {
   assert_int_equal(errors, 0);
 }
 
+/* A forced shape and its rows. */
+typedef struct sized_shape {
+  forced_shape sh;
+  int64_t rows;
+} sized_shape;
+
+/* Each shape without a gradient, plain unchecked, plain checked and with
+ * every feature (k = 0, 4, 1 mod 8; half of them in the quick set), on the
+ * launch `flags` forces, plus `odd_flags` for odd shapes and a comparison
+ * with the CPU backend for the first `cpu_first`. The plain calls must have
+ * run `plain_kernel`, the others `other_kernel` ("": any). */
+static long run_plain_and_general(const sized_shape *shapes, int n, int flags, int odd_flags,
+                                  int cpu_first, const char *tag, const char *plain_kernel,
+                                  const char *other_kernel, xt_rng *rng) {
+  const int kinds[] = {0, 4, 1};
+  long errors = 0;
+  for (int i = 0; i < n; i++) {
+    for (int kd = 0; kd < 3; kd++) {
+      if (g_quick && (i + kd) % 2) continue;
+      xt_case c = forced_case(&shapes[i].sh, shapes[i].rows);
+      const int f = flags | (i % 2 ? odd_flags : 0) | (i < cpu_first ? RUN_COMPARE_CPU : 0);
+      const char *kernel = kinds[kd] % 4 == 0 ? plain_kernel : other_kernel;
+      errors += run_forced_case(&c, rng, 8 * i + kinds[kd], 0, f, tag, kernel);
+    }
+  }
+  return errors;
+}
+
 /* Rows shared by 2, 4 or 8 warps (the plain kernel's pipelined pass, 4
  * vectors a stage), which merge their statistics at a barrier of their own:
  * tiny rows (fewer vectors than lanes) to 1 M elements, every dtype,
@@ -661,27 +689,17 @@ static void test_cuda_warp_split(void **state) {
   require_gpu();
   xt_rng rng = xt_rng_for("test_cuda_warp_split");
   /* size: split * 100 + 4, as xent_tune_override takes it */
-  const struct {
-    forced_shape sh;
-    int64_t rows;
-  } shapes[] = {{{32000, 1, 1, 128, 204, 0, 0}, 1001},      {{7, 2, 1, 64, 204, 9, 0}, 2001},
-                {{4095, 0, 1, 256, 404, 4100, 1}, 1001},    {{1000, 0, 1, 128, 404, 0, 0}, 3001},
-                {{50257, 1, 1, 192, 204, 50264, 1}, 1001},  {{128256, 2, 1, 256, 204, 0, 0}, 203},
-                {{1048576, 1, 1, 128, 404, 0, 1}, 37},      {{33, 1, 1, 128, 404, 0, 1}, 999},
-                {{262144, 0, 1, 256, 404, 0, 0}, 101},      {{32000, 1, 1, 256, 804, 0, 0}, 1003},
-                {{4095, 2, 1, 256, 804, 4100, 1}, 777}};
-  const int kinds[] = {0, 4, 1}; /* k mod 8: plain unchecked, plain checked, everything */
-  long errors = 0;
-  for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
-    for (int kd = 0; kd < 3; kd++) {
-      if (g_quick && (i + kd) % 2) continue;
-      xt_case c = forced_case(&shapes[i].sh, shapes[i].rows);
-      /* the plain kernel must have split the rows; every feature keeps a row a warp */
-      const char *kernel = kinds[kd] % 4 == 0 ? "warp split=" : "warp";
-      errors +=
-          run_forced_case(&c, &rng, 8 * i + kinds[kd], 0, RUN_WARP, "cuda warp split", kernel);
-    }
-  }
+  const sized_shape shapes[] = {
+      {{32000, 1, 1, 128, 204, 0, 0}, 1001},     {{7, 2, 1, 64, 204, 9, 0}, 2001},
+      {{4095, 0, 1, 256, 404, 4100, 1}, 1001},   {{1000, 0, 1, 128, 404, 0, 0}, 3001},
+      {{50257, 1, 1, 192, 204, 50264, 1}, 1001}, {{128256, 2, 1, 256, 204, 0, 0}, 203},
+      {{1048576, 1, 1, 128, 404, 0, 1}, 37},     {{33, 1, 1, 128, 404, 0, 1}, 999},
+      {{262144, 0, 1, 256, 404, 0, 0}, 101},     {{32000, 1, 1, 256, 804, 0, 0}, 1003},
+      {{4095, 2, 1, 256, 804, 4100, 1}, 777}};
+  /* the plain kernel must have split the rows; every feature keeps a row a warp */
+  const long errors =
+      run_plain_and_general(shapes, (int)(sizeof shapes / sizeof shapes[0]), RUN_WARP, 0, 0,
+                            "cuda warp split", "warp split=", "warp", &rng);
   assert_int_equal(errors, 0);
 }
 
@@ -697,26 +715,16 @@ static void test_cuda_segment(void **state) {
   require_gpu();
   xt_rng rng = xt_rng_for("test_cuda_segment");
   /* V, dtype, -, threads, vectors a thread, stride, offset; rows */
-  const struct {
-    forced_shape sh;
-    int64_t rows;
-  } shapes[] = {{{32000, 1, 1, 256, 8, 0, 0}, 1001},     {{1, 0, 1, 256, 8, 0, 0}, 1001},
-                {{7, 2, 1, 64, 4, 9, 0}, 2001},          {{4095, 1, 1, 128, 8, 4100, 1}, 777},
-                {{24000, 1, 1, 256, 4, 0, 1}, 501},      {{24576, 0, 1, 256, 8, 0, 0}, 301},
-                {{40000, 2, 1, 256, 8, 40008, 1}, 401},  {{1000, 0, 1, 32, 4, 1003, 1}, 999},
-                {{33, 1, 1, 64, 4, 0, 1}, 1999},         {{32000, 2, 1, 192, 8, 32000 + 5, 0}, 603}};
-  const int kinds[] = {0, 4, 1}; /* k mod 8: plain unchecked, plain checked, everything */
-  long errors = 0;
-  for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
-    for (int kd = 0; kd < 3; kd++) {
-      if (g_quick && (i + kd) % 2) continue;
-      xt_case c = forced_case(&shapes[i].sh, shapes[i].rows);
-      const int flags = RUN_SEGMENT | (i % 2 ? RUN_WORKSPACE : 0) | (i < 2 ? RUN_COMPARE_CPU : 0);
-      /* every feature: whichever kernel the table maps the call to */
-      const char *kernel = kinds[kd] % 4 == 0 ? "segment" : "";
-      errors += run_forced_case(&c, &rng, 8 * i + kinds[kd], 0, flags, "cuda segment", kernel);
-    }
-  }
+  const sized_shape shapes[] = {
+      {{32000, 1, 1, 256, 8, 0, 0}, 1001},    {{1, 0, 1, 256, 8, 0, 0}, 1001},
+      {{7, 2, 1, 64, 4, 9, 0}, 2001},         {{4095, 1, 1, 128, 8, 4100, 1}, 777},
+      {{24000, 1, 1, 256, 4, 0, 1}, 501},     {{24576, 0, 1, 256, 8, 0, 0}, 301},
+      {{40000, 2, 1, 256, 8, 40008, 1}, 401}, {{1000, 0, 1, 32, 4, 1003, 1}, 999},
+      {{33, 1, 1, 64, 4, 0, 1}, 1999},        {{32000, 2, 1, 192, 8, 32000 + 5, 0}, 603}};
+  /* every feature: whichever kernel the table maps the call to */
+  const long errors =
+      run_plain_and_general(shapes, (int)(sizeof shapes / sizeof shapes[0]), RUN_SEGMENT,
+                            RUN_WORKSPACE, 2, "cuda segment", "segment", "", &rng);
   assert_int_equal(errors, 0);
 }
 
