@@ -978,30 +978,32 @@ static void test_cuda_special_values(void **state) {
 
 /* Launches a checked call with a bad target is tried on: every kernel path
  * must return before it writes anything, since the host reads the verdict
- * only after the whole call is queued. */
+ * only after the whole call is queued. nograd_only: forward calls without
+ * gradient alone; plain: calls the plain kernel takes alone (no accuracy,
+ * no predicted tokens), which the case is narrowed to. */
 static const struct {
-  int path, cluster, threads, size, sm, nograd_only;
+  int path, cluster, threads, size, sm, nograd_only, plain;
   const char *name;
 } CHECKED_LAUNCHES[] = {
-    {0, 0, 0, 0, 0, 0, "the table"},
-    {1, 1, 256, 0, 0, 0, "two-read"},
-    {1, 2, 256, 0, 9, 0, "two-read cluster 2"},
-    {2, 1, 256, 16, 0, 0, "one-read"},
-    {3, 0, 512, 8, 9, 0, "ring"},
-    {5, 1, 256, 4, 8, 0, "stream"},
-    {6, 1, 256, 4, 0, 0, "keep"},
-    {8, 1, 128, 0, 0, 1, "warp"},
-    {9, 1, 128, 100803, 9, 0, "staged"},
-    {10, 2, 128, 803, 9, 0, "staged cluster 2"},
-    {11, 1, 256, 8, 0, 1, "segment"}, /* the plain kernel: no accuracy, no predicted tokens */
+    {0, 0, 0, 0, 0, 0, 0, "the table"},
+    {1, 1, 256, 0, 0, 0, 0, "two-read"},
+    {1, 2, 256, 0, 9, 0, 0, "two-read cluster 2"},
+    {2, 1, 256, 16, 0, 0, 0, "one-read"},
+    {3, 0, 512, 8, 9, 0, 0, "ring"},
+    {5, 1, 256, 4, 8, 0, 0, "stream"},
+    {6, 1, 256, 4, 0, 0, 0, "keep"},
+    {8, 1, 128, 0, 0, 1, 0, "warp"},
+    {9, 1, 128, 100803, 9, 0, 0, "staged"},
+    {10, 2, 128, 803, 9, 0, 0, "staged cluster 2"},
+    {11, 1, 256, 8, 0, 1, 1, "segment"},
 };
 
 /* One call on launch CHECKED_LAUNCHES[li], its verdict copied back (`copy`)
  * or written into mapped memory; both overrides are undone after it. */
 static xent_status checked_call(const dev_buf *d, const xt_problem *pb, int li, int copy) {
   xent_exec ex = cuda_exec(NULL, 0);
-  xt_problem plain = *pb; /* the segment path takes the plain kernel's calls alone */
-  if (CHECKED_LAUNCHES[li].path == 11) {
+  xt_problem plain = *pb;
+  if (CHECKED_LAUNCHES[li].plain) {
     plain.c.want_acc = plain.c.want_pred = 0;
     pb = &plain;
   }
