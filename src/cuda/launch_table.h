@@ -437,7 +437,8 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
 
 /* The forward without gradient of a call the plain kernel does not take
  * (weights, softcap, accuracy, predicted tokens or smoothing), given the
- * table's launch for the call: such calls run a row per warp, unsplit and
+ * table's launch for the call (the warp or the segment path, the latter
+ * the plain kernel's alone): such calls run a row per warp, unsplit and
  * unpipelined, only where v10 measured that kernel ahead
  * (xent_warp_rows_measured); elsewhere pass 1 of the two-read kernel with
  * 256 threads, as before v20. */
