@@ -6,8 +6,9 @@
  *   [256, 4352)              per-block partials of the count kernel
  *   then 3 arrays of `rows` floats, each 256-byte aligned:
  *                            loss terms, z-loss, accuracy per row; on the
- *                            CUDA segment path first the log-sum-exp of a
- *                            row's segment 0, 1, 2 (cuda/kernels_segment.cuh)
+ *                            CUDA segment path first the log-sum-exps of a
+ *                            row's segments 0 and 1 and its target's logit
+ *                            (cuda/kernels_segment.cuh)
  */
 #ifndef XENT_WORKSPACE_H
 #define XENT_WORKSPACE_H

@@ -13,8 +13,9 @@
  *      scales from the header;
  *   4. (mean, sum) finalize_kernel: the reduced outputs (it counts N itself
  *      where step 1 did not run). On the segment path (forward without
- *      gradient) fwd_segment_merge, which merges each row's segments and
- *      writes its outputs, runs between steps 3 and 4.
+ *      gradient) with rows of two segments, fwd_segment_merge, which merges
+ *      each row's segments and writes its outputs, runs between steps 3
+ *      and 4.
  * Checked mode then waits for the event of step 2 alone, with steps 3 and 4
  * already queued: they read the same verdict and return at once on a bad
  * target or weight, and the call returns its error. In unchecked mode
@@ -258,10 +259,10 @@ xent_status choose_launch(const xent_call *c, const dev_props *dp, xent_launch *
              (o.warp_split <= 1 ||
               ((o.warp_split == 2 || o.warp_split == 4 || o.warp_split == 8) && o.vecs == 4 &&
                o.threads % (32 * o.warp_split) == 0));
-      if (o.path == XENT_PATH_SEGMENT) /* no gradient */
+      if (o.path == XENT_PATH_SEGMENT) /* no gradient; the plain kernel's rows must fit */
         ok = ok && !c->write_grad && o.cluster == 1 &&
-             xent_segment_fits(&o, es, c->in.vocab) &&
-             c->in.rows * xent_segment_count(&o, es, c->in.vocab) <= 0x7fffffffLL;
+             (!plain || (xent_segment_fits(&o, es, c->in.vocab) &&
+                         c->in.rows * xent_segment_count(&o, es, c->in.vocab) <= 0x7fffffffLL));
       if (o.path == XENT_PATH_ONEREAD)
         ok = ok && o.threads <= XENT_MAX_ONEREAD_THREADS &&
              (o.vecs == 2 || o.vecs == 4 || o.vecs == 8 || o.vecs == 16) &&
@@ -657,9 +658,13 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
   /* The staged path's row counter lives in the workspace header, zeroed
    * with it. */
   const bool ticket = l.path == XENT_PATH_STAGED && l.ticket;
-  /* The segment path leaves its segments' log-sum-exps in the row arrays. */
-  const bool segment = l.path == XENT_PATH_SEGMENT;
-  const bool need_ws = need_count || !per_row || ticket || segment;
+  /* The segment path: rows of two segments leave theirs in the row arrays,
+   * for the merge kernel; a row of one is finished by its block. */
+  const int es = (int)xent_dtype_size(in->dtype);
+  const long long segs =
+      l.path == XENT_PATH_SEGMENT ? xent_segment_count(&l, es, in->vocab) : 0;
+  const bool merge = segs > 1;
+  const bool need_ws = need_count || !per_row || ticket || merge;
 
   char *ws = NULL;
   bool owned = false;
@@ -744,18 +749,16 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
     p.row_acc = per_row ? out->token_accuracy : (out->token_accuracy ? ws_acc : NULL);
     p.lse_out = out->lse;
     p.pred_out = out->predicted;
-    if (segment) { /* equal segments of the rows' whole vectors */
-      const int es = (int)xent_dtype_size(in->dtype);
-      const long long segs = xent_segment_count(&l, es, in->vocab);
+    if (segs > 0) { /* equal segments of the rows' whole vectors */
       const long long nvec = in->vocab * es / 16;
-      p.seg_lse = ws_loss;
+      p.seg_lse = merge ? ws_loss : NULL;
       p.seg_pitch = (int64_t)(arr / sizeof(float));
       p.seg_count = (int)segs;
       p.seg_vecs = (int)((nvec + segs - 1) / segs);
     }
     if ((st = launch_forward(l, dp, in->dtype, general, p, stream))) break;
 
-    if (segment) { /* the segments merged, a thread per row */
+    if (merge) { /* the segments merged, a thread per row */
       cudaLaunchAttribute attr[1];
       const cudaLaunchConfig_t cfg =
           plain_config((unsigned)((in->rows + 255) / 256), 256, stream, attr, dp->sm_major);

@@ -1,24 +1,29 @@
 /*
  * kernels_segment.cuh - the forward without gradient in segments: each row
- * cut into at most XENT_SEGMENT_MAX segments, a block per segment.
+ * cut into one or two segments, a block per segment (XENT_SEGMENT_MAX).
  *
  * fwd_segment: every thread issues all of its `U` 16-byte loads of the
  *   segment at once (the bare read's shape), folds them into an online
- *   (max, sum), and the block reduces those to the segment's log-sum-exp,
- *   which thread 0 leaves in the workspace. Blocks are short (a few us), so
- *   the hardware's block scheduler keeps every SM busy to the end of the
- *   grid: the faster SMs take more segments. Segment 0 also folds the row's
- *   extra elements (before its first and after its last whole vector).
- * fwd_segment_merge: a thread per row merges the row's segments, reads the
- *   target's logit and writes the row's outputs (finish_row). For mean and
- *   sum the finalize kernel follows, as after every forward kernel. (One
- *   block doing both, in one launch, was 10 us slower at 8192 rows: the
- *   merge's dependent loads, a few rows a thread, bench/NOTES.md v22.)
+ *   (max, sum), and the block reduces those to the segment's. Blocks are
+ *   short (a few us), so the hardware's block scheduler keeps every SM busy
+ *   to the end of the grid: the faster SMs take more segments. Segment 0
+ *   also folds the row's extra elements (before its first and after its
+ *   last whole vector), and reads the target and its logit. A row of one
+ *   segment is finished there: its outputs written. A row of two leaves
+ *   each segment's log-sum-exp and the target's logit in the workspace, and
+ * fwd_segment_merge, a thread per row, merges the two and writes the row's
+ *   outputs.
+ * For mean and sum the finalize kernel follows, as after every forward
+ * kernel. (One block merging and adding every row, in one launch, was 10 us
+ * slower at 8192 rows, with the merge's loads chained; a row's segments
+ * meeting in a thread-block cluster instead of a merge kernel was 6 %
+ * slower at bf16 8192 x 32000: bench/NOTES.md v22, v23.)
  *
- * The segments' log-sum-exps live in the workspace's three row arrays
- * (loss, z, accuracy terms; common/workspace.h), segment k in array k. The
- * merge writes a row's outputs, which may go to the same arrays, only
- * after it has read that row's segments, in the same thread.
+ * The workspace's three row arrays (loss, z, accuracy terms;
+ * common/workspace.h) hold segment 0's log-sum-exp, segment 1's and the
+ * target's logit, in that order. The merge writes a row's outputs, which may
+ * go to the same arrays, only after it has read that row's values, in the
+ * same thread.
  */
 #ifndef XENT_CUDA_KERNELS_SEGMENT_CUH
 #define XENT_CUDA_KERNELS_SEGMENT_CUH
@@ -65,6 +70,8 @@ __device__ __forceinline__ void block_max_sum(float &m, float &s, float2 *scratc
 /* One segment of one row a block: blockIdx.x = row * seg_count + segment.
  * At most 48 registers (5 blocks of 256 threads a SM; 54 unbounded), none
  * spilled. */
+static_assert(XENT_SEGMENT_MAX + 1 <= 3, "two segments and the target's logit: three row arrays");
+
 template <typename T, int U>
 __global__ void __launch_bounds__(XENT_SEGMENT_MAX_THREADS, 5) fwd_segment(const fwd_params p) {
   if (kernel_enter(p.verdict)) return; /* checked mode, a bad target: write nothing */
@@ -82,6 +89,11 @@ __global__ void __launch_bounds__(XENT_SEGMENT_MAX_THREADS, 5) fwd_segment(const
     const int j = j0 + u * (int)blockDim.x;
     v[u] = j < jend ? ld_plain(vp + j) : make_uint4(ni, ni, ni, ni);
   }
+  /* Segment 0's thread 0 reads the target beside its loads, and the
+   * target's logit once they are in: the merge then has no load that waits
+   * for another, and the end of the grid no latency it cannot hide. */
+  const bool lead = seg == 0 && threadIdx.x == 0;
+  const int64_t y64 = lead ? load_target(p.targets, p.target64, row) : 0;
   float m = -INFINITY, s = 0.0f;
   fold_stage<T, U>(v, m, s);
   if (seg == 0) {
@@ -89,32 +101,47 @@ __global__ void __launch_bounds__(XENT_SEGMENT_MAX_THREADS, 5) fwd_segment(const
     fold_extras<T, false, false, false>(p, rowp, g, (int)threadIdx.x, (int)blockDim.x, m, s,
                                         unused);
   }
+  const bool bad = lead && target_bad(p, y64);
+  const bool skip = !lead || bad || y64 == p.ignore_index;
+  const float xy = skip ? 0.0f : load_xy<T, false>(p, rowp, (int)y64);
   __shared__ float2 scratch[XENT_SEGMENT_MAX_THREADS / 32];
   block_max_sum(m, s, scratch);
+  if (threadIdx.x != 0) return;
+  if (p.seg_count == 1) { /* the whole row: its outputs, no merge */
+    if (skip) {
+      skipped_row_outputs(p, row, bad);
+      return;
+    }
+    part r = part_empty();
+    r.m = m;
+    r.s = s;
+    finish_row(p, r, xy, row, (int)y64, true);
+    return;
+  }
   /* -inf for a segment of -inf alone, NaN for one holding a NaN */
-  if (threadIdx.x == 0) p.seg_lse[seg * p.seg_pitch + row] = m + logf(s);
+  p.seg_lse[seg * p.seg_pitch + row] = m + logf(s);
+  if (seg == 0) p.seg_lse[XENT_SEGMENT_MAX * p.seg_pitch + row] = xy;
 }
 
-/* A thread per row: the row's segments merged, then its outputs; the
- * finalize kernel follows for mean and sum. */
+/* A thread per row of two segments: the segments merged, then the row's
+ * outputs; the finalize kernel follows for mean and sum. Every load is
+ * issued at once: the target, both segments and the target's logit. */
 template <typename T>
 __global__ void __launch_bounds__(256) fwd_segment_merge(const fwd_params p) {
-  if (kernel_enter(p.verdict)) return;
+  if (kernel_enter_early(p.verdict)) return; /* the finalize kernel launches now */
   const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= p.rows) return;
   /* read before any output of the row is written: they may share arrays */
   float lse[XENT_SEGMENT_MAX];
 #pragma unroll
-  for (int k = 0; k < XENT_SEGMENT_MAX; k++)
-    lse[k] = k < p.seg_count ? p.seg_lse[k * p.seg_pitch + row] : -INFINITY;
+  for (int k = 0; k < XENT_SEGMENT_MAX; k++) lse[k] = p.seg_lse[k * p.seg_pitch + row];
+  const float xy = p.seg_lse[XENT_SEGMENT_MAX * p.seg_pitch + row];
   const int64_t y64 = load_target(p.targets, p.target64, row);
   const bool bad = target_bad(p, y64);
   if (bad || y64 == p.ignore_index) {
     skipped_row_outputs(p, row, bad);
     return;
   }
-  const int y = (int)y64;
-  const float xy = load_xy<T, false>(p, p.x + row * p.stride_bytes, y);
   part r = part_empty();
 #pragma unroll
   for (int k = 0; k < XENT_SEGMENT_MAX; k++) {
@@ -124,7 +151,7 @@ __global__ void __launch_bounds__(256) fwd_segment_merge(const fwd_params p) {
     if (l != l) xent_merge_max_sum(&r.m, &r.s, -INFINITY, l);
     else if (l != -INFINITY) xent_merge_max_sum(&r.m, &r.s, l, 1.0f);
   }
-  finish_row(p, r, xy, row, y, true);
+  finish_row(p, r, xy, row, (int)y64, true);
 }
 
 }  // namespace xent

@@ -58,13 +58,14 @@
  *             in flight, then folded.
  *   segment   (fwd_segment + fwd_segment_merge): forward without gradient,
  *             the plain kernel only (no weights, softcap or statistics).
- *             Each row is cut into at most XENT_SEGMENT_MAX segments of at
- *             most `threads` * `vecs` 16-byte vectors, a block per segment:
- *             every thread issues its `vecs` loads at once (4 or 8), then
- *             the block reduces the segment to its log-sum-exp, which it
- *             leaves in the workspace. A second kernel, a thread per row,
- *             merges a row's segments and writes its outputs. Any GPU, any
- *             alignment.
+ *             Each row is cut into one or two (XENT_SEGMENT_MAX) segments
+ *             of at most `threads` * `vecs` 16-byte vectors, a block per
+ *             segment: every thread issues its `vecs` loads at once (4 or
+ *             8), then the block reduces the segment. A row of one segment
+ *             is finished by its block; a row of two leaves its segments'
+ *             log-sum-exps in the workspace, and a second kernel, a thread
+ *             per row, merges them and writes the row's outputs. Any GPU,
+ *             any alignment.
  */
 #ifndef XENT_CUDA_LAUNCH_TABLE_H
 #define XENT_CUDA_LAUNCH_TABLE_H
@@ -136,8 +137,9 @@ enum {
                                       up to 128 registers a thread             */
   XENT_STAGED_STATIC_SMEM = 2560,  /* fwd_staged's barriers, queue, inbox        */
   XENT_STAGED_MAX_HOLD = 2,        /* fwd_staged's chunks held in registers      */
-  XENT_SEGMENT_MAX = 3,            /* segments a row: one per row array of the
-                                      workspace (common/workspace.h)           */
+  XENT_SEGMENT_MAX = 2,            /* segments a row: with the target's logit,
+                                      one per row array of the workspace
+                                      (common/workspace.h)                     */
   XENT_SEGMENT_MAX_THREADS = 256   /* fwd_segment's launch bounds               */
 };
 

@@ -58,9 +58,11 @@ extern "C" {
  *         its peers).
  * path 10: path 9 with every grid-th row per block (cluster), no counter.
  * path 11: the segment path (the plain kernel without gradient only): each
- *         row in at most 3 segments of `threads` * `size` 16-byte vectors
- *         (size 4 or 8, at most 256 threads), a block per segment, then a
- *         kernel that merges each row's segments; cluster unused.
+ *         row in one or two segments of `threads` * `size` 16-byte vectors
+ *         (size 4 or 8, at most 256 threads), a block per segment; rows of
+ *         two then a kernel that merges each row's segments; cluster
+ *         unused. Calls the plain kernel does not take run as the table
+ *         maps them (xent_launch_nograd_general).
  * Paths 1, 2 and 5 to 11 apply to forward calls without a gradient.
  * path 0: back to the launch table. A configuration that cannot run the
  * call fails it with XENT_ERROR_UNSUPPORTED. */

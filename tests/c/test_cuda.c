@@ -703,13 +703,15 @@ static void test_cuda_warp_split(void **state) {
   assert_int_equal(errors, 0);
 }
 
-/* The segment path (the plain kernel without gradient): rows of 1 to 3
- * segments, segments holding fewer vectors than threads, rows of extra
- * elements alone, every dtype, packed, padded and unaligned (segment 0 folds
- * the extras), ignored rows among them, with and without a workspace of the
- * caller's (the segments live in its row arrays), every reduction. Calls
- * the plain kernel does not take (every feature at once) run a row per
- * warp or the two-read kernel instead, as the launch table maps them. */
+/* The segment path (the plain kernel without gradient): rows of one
+ * segment (finished by their block) and of two (merged), segments holding
+ * fewer vectors than threads, two segments of exactly a block each, rows of
+ * extra elements alone, every dtype, packed, padded and unaligned (segment
+ * 0 folds the extras), ignored rows among them, with and without a
+ * workspace of the caller's (the merge's values live in its row arrays),
+ * every reduction. Calls the plain kernel does not take (every feature at
+ * once) run a row per warp or the two-read kernel instead, as the launch
+ * table maps them. */
 static void test_cuda_segment(void **state) {
   (void)state;
   require_gpu();
@@ -718,9 +720,10 @@ static void test_cuda_segment(void **state) {
   const sized_shape shapes[] = {
       {{32000, 1, 1, 256, 8, 0, 0}, 1001},    {{1, 0, 1, 256, 8, 0, 0}, 1001},
       {{7, 2, 1, 64, 4, 9, 0}, 2001},         {{4095, 1, 1, 128, 8, 4100, 1}, 777},
-      {{24000, 1, 1, 256, 4, 0, 1}, 501},     {{24576, 0, 1, 256, 8, 0, 0}, 301},
-      {{40000, 2, 1, 256, 8, 40008, 1}, 401}, {{1000, 0, 1, 32, 4, 1003, 1}, 999},
-      {{33, 1, 1, 64, 4, 0, 1}, 1999},        {{32000, 2, 1, 192, 8, 32000 + 5, 0}, 603}};
+      {{16000, 1, 1, 256, 4, 0, 1}, 501},     {{16384, 0, 1, 256, 8, 0, 0}, 301},
+      {{16000, 2, 1, 256, 8, 16008, 1}, 401}, {{1000, 0, 1, 32, 4, 1003, 1}, 999},
+      {{33, 1, 1, 64, 4, 0, 1}, 1999},        {{20000, 2, 1, 192, 8, 20000 + 5, 0}, 603},
+      {{12000, 1, 1, 256, 8, 0, 0}, 1001},    {{3000, 1, 1, 64, 8, 0, 1}, 2001}};
   /* every feature: whichever kernel the table maps the call to */
   const long errors =
       run_plain_and_general(shapes, (int)(sizeof shapes / sizeof shapes[0]), RUN_SEGMENT,
@@ -996,6 +999,7 @@ static const struct {
     {9, 1, 128, 100803, 9, 0, 0, "staged"},
     {10, 2, 128, 803, 9, 0, 0, "staged cluster 2"},
     {11, 1, 256, 8, 0, 1, 1, "segment"},
+    {11, 1, 32, 4, 0, 1, 1, "segment of 32 threads (fp32: two segments)"},
 };
 
 /* One call on launch CHECKED_LAUNCHES[li], its verdict copied back (`copy`)
