@@ -294,17 +294,28 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
        * accuracy, predicted tokens, smoothing) run a row per warp instead,
        * where the rule below allows it (xent_launch_nograd_general).
        *
-       * Rows of 32 to 64 KB with at most 64 rows per SM: the segment path,
-       * two segments of up to 32 KB a row (256 threads, 8 vectors each),
-       * plus the merge kernel. On an H200 (bench/NOTES.md v22, same
-       * process, against 2 warps a row): bf16 V = 32000, BT = 2048 1.024x,
-       * 8192 1.024x (reduction none 1.022x; 1.032x in another run); bf16
-       * 16000 1.065x, fp32 16000 1.040x at BT = 8192. Slower at BT = 32768
-       * (bf16 32000 0.993x); rows under 32 KB and of 3 segments (to 96 KB)
-       * not measured with this kernel. */
-      if (rows <= 64 * per_sm && row_bytes >= 32 * 1024 && row_bytes <= 64 * 1024) {
+       * Rows of 4 to 64 KB: the segment path, a block per segment of a
+       * row, every thread's loads issued at once. Rows of up to 32 KB are
+       * one segment, finished by its block, the smallest that holds the
+       * row of 64 threads x 4 vectors (4 KB), 64 x 8 (8 KB), 128 x 8
+       * (16 KB) and 256 x 8 (32 KB). Rows of 32 to 64 KB are two segments
+       * of 256 x 8, plus the merge kernel, with at most 256 rows per SM.
+       * On an H200 (bench/NOTES.md v23, same process, against 2 warps a
+       * row), BT = 8192 unless said:
+       * - one segment: bf16 V = 2048 1.266x (BT = 32768: 1.452x), 3000
+       *   1.149x, 6000 (128 x 8) 1.194x, 8000 1.136x, 12000 1.044x, 16000
+       *   1.098x (BT = 2048 1.062x, 32768 1.029x, 65536 1.012x); fp32
+       *   V = 1024 1.294x, 4000 1.124x, 8000 1.073x. At 6 KB, 64 x 8 was
+       *   ahead of 128 x 4 (1.149x against 1.074x); rows of 8 KB on 64 x 8
+       *   not measured (128 x 4: 1.050x), rows under 4 KB not measured;
+       * - two segments: bf16 V = 32000 1.024x at BT = 16384 and 1.012x at
+       *   32768 (1.024x at 8192, v22); fp32 12000 1.033x at 16384, 1.023x
+       *   at 32768; fp32 16000 1.040x (v22). */
+      if (row_bytes >= 4 * 1024 && row_bytes <= 64 * 1024 &&
+          (row_bytes <= 32 * 1024 || rows <= 256 * per_sm)) {
         l.path = XENT_PATH_SEGMENT;
-        l.vecs = 8;
+        l.threads = row_bytes <= 8 * 1024 ? 64 : row_bytes <= 16 * 1024 ? 128 : 256;
+        l.vecs = row_bytes <= 4 * 1024 ? 4 : 8;
         return l;
       }
       l.path = XENT_PATH_WARP;

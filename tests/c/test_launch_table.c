@@ -94,7 +94,8 @@ static void test_sm90_measured_choices(void **state) {
  * from sm_80 for rows over 256 KB. Forward without gradient: on sm_90 the
  * row-per-warp kernel for every row length with at least 7 rows per SM, in
  * 256-thread blocks, each row shared by 2, 4 or 8 warps, but the segment
- * path for rows of 32 to 64 KB with at most 64 rows per SM; elsewhere a row per
+ * path for rows of 4 to 32 KB (one segment) and of 32 to 64 KB with at most
+ * 256 rows per SM (two segments); elsewhere a row per
  * warp for rows under 512 KB with at least 12 rows per SM; else pass 1 of
  * the two-read kernel with 256 threads. */
 static void test_other_gpus_and_no_grad(void **state) {
@@ -146,18 +147,35 @@ static void test_other_gpus_and_no_grad(void **state) {
       expect_pick_rows(sm, 0, 1024, &split2_sm90);
       expect_pick_rows(sm, 0, 32 * 132 - 1, &split2_sm90);
       expect_pick_rows(sm, 0, 32 * 132, &many_sm90);
-      /* rows of 32 to 64 KB, 7 to 64 rows per SM: the segment path */
+      /* rows of 32 to 64 KB (two segments), 7 to 256 rows per SM: the
+       * segment path */
       const want seg = {2, 32000, G, 1, 256, 0, 0, 8, 0, 0, 0, 0, 0},
                  seg_few = {2, 32000, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0},
                  seg_many = {2, 32000, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2};
       expect_pick_rows(sm, 0, 7 * 132 - 1, &seg_few);
       expect_pick_rows(sm, 0, 7 * 132, &seg);
-      expect_pick_rows(sm, 0, 64 * 132, &seg);
-      expect_pick_rows(sm, 0, 64 * 132 + 1, &seg_many);
-      const want edges[] = {{2, 16383, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2},  /* under 32 KB */
+      expect_pick_rows(sm, 0, 256 * 132, &seg);
+      expect_pick_rows(sm, 0, 256 * 132 + 1, &seg_many);
+      /* rows of 4 to 32 KB (one segment): from 7 rows per SM, however many */
+      const want one = {2, 16000, G, 1, 256, 0, 0, 8, 0, 0, 0, 0, 0},
+                 one_few = {2, 16000, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0};
+      expect_pick_rows(sm, 0, 7 * 132 - 1, &one_few);
+      expect_pick_rows(sm, 0, 7 * 132, &one);
+      expect_pick_rows(sm, 0, 65536, &one);
+      expect_pick_rows(sm, 0, 1 << 20, &one);
+      const want edges[] = {{2, 2047, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2},   /* under 4 KB */
+                            {2, 2048, G, 1, 64, 0, 0, 4, 0, 0, 0, 0, 0},    /* 4 KB */
+                            {2, 2049, G, 1, 64, 0, 0, 8, 0, 0, 0, 0, 0},    /* over 4 KB */
+                            {2, 4096, G, 1, 64, 0, 0, 8, 0, 0, 0, 0, 0},    /* 8 KB */
+                            {2, 4097, G, 1, 128, 0, 0, 8, 0, 0, 0, 0, 0},   /* over 8 KB */
+                            {2, 8192, G, 1, 128, 0, 0, 8, 0, 0, 0, 0, 0},   /* 16 KB */
+                            {2, 8193, G, 1, 256, 0, 0, 8, 0, 0, 0, 0, 0},   /* over 16 KB */
+                            {2, 16383, G, 1, 256, 0, 0, 8, 0, 0, 0, 0, 0},  /* under 32 KB */
                             {2, 16384, G, 1, 256, 0, 0, 8, 0, 0, 0, 0, 0},  /* 32 KB */
                             {2, 32768, G, 1, 256, 0, 0, 8, 0, 0, 0, 0, 0},  /* 64 KB */
                             {2, 32769, W, 1, 256, 0, 0, 4, 0, 0, 0, 0, 2},  /* over 64 KB */
+                            {4, 1024, G, 1, 64, 0, 0, 4, 0, 0, 0, 0, 0},    /* fp32 4 KB */
+                            {4, 2048, G, 1, 64, 0, 0, 8, 0, 0, 0, 0, 0},    /* fp32 8 KB */
                             {4, 8192, G, 1, 256, 0, 0, 8, 0, 0, 0, 0, 0},   /* fp32 32 KB */
                             {4, 16384, G, 1, 256, 0, 0, 8, 0, 0, 0, 0, 0}}; /* fp32 64 KB */
       for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) expect_pick(sm, 0, &edges[i]);
@@ -228,11 +246,14 @@ static void test_invariants(void **state) {
                 l.path != XENT_PATH_WARP && l.path != XENT_PATH_SEGMENT && !staged)
               why = "a path the table never picks";
             else if (l.path == XENT_PATH_SEGMENT &&
-                     (grad || sm != 9 || rows < 7 * H200_SMS || rows > 64 * H200_SMS ||
-                      row < 32 * 1024 || row > 64 * 1024 || l.threads != 256 || l.vecs != 8 ||
-                      !xent_segment_fits(&l, es, V) || xent_segment_count(&l, es, V) > 2))
-              why = "the segment path outside sm_90's forward without gradient, 7 to 64 rows "
-                    "a SM and rows of 32 to 64 KB (two segments of 256 threads, 8 vectors)";
+                     (grad || sm != 9 || rows < 7 * H200_SMS || row < 4 * 1024 ||
+                      row > 64 * 1024 || (row > 32 * 1024 && rows > 256 * H200_SMS) ||
+                      !xent_segment_fits(&l, es, V) ||
+                      xent_segment_count(&l, es, V) != (row > 32 * 1024 ? 2 : 1) ||
+                      l.threads * l.vecs * 16 < (row > 32 * 1024 ? 32 * 1024 : row) / 2))
+              why = "the segment path outside sm_90's forward without gradient, from 7 rows a "
+                    "SM, and rows of 4 to 32 KB (one segment, at least half of it used) or of "
+                    "32 to 64 KB with at most 256 rows a SM (two segments)";
             else if (l.path == XENT_PATH_WARP &&
                      (grad || l.threads > XENT_MAX_WARP_THREADS ||
                       (sm == 9 ? rows < 7 * H200_SMS
@@ -251,9 +272,9 @@ static void test_invariants(void **state) {
                     "4 vectors a stage, whole rows a block)";
             else if (l.path == XENT_PATH_WARP && sm == 9 && l.warp_split < 2)
               why = "a warp launch on sm_90 with rows not split";
-            else if (l.path == XENT_PATH_WARP || staged ? l.threads % 32 != 0
-                                                        : l.threads != 256 && l.threads != 512 &&
-                                                              l.threads != 1024)
+            else if (l.path == XENT_PATH_WARP || l.path == XENT_PATH_SEGMENT || staged
+                         ? l.threads % 32 != 0
+                         : l.threads != 256 && l.threads != 512 && l.threads != 1024)
               why = "threads";
             else if (l.cluster != 1 && l.cluster != 2 && l.cluster != 4 && l.cluster != 8)
               why = "cluster not a power of 2 up to 8";
