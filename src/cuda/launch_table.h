@@ -308,8 +308,8 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
        *   V = 1024 1.294x, 4000 1.124x, 8000 1.073x. At 6 KB, 64 x 8 was
        *   ahead of 128 x 4 (1.149x against 1.074x); rows of 8 KB on 64 x 8
        *   not measured (128 x 4: 1.050x), rows under 4 KB not measured;
-       * - two segments: bf16 V = 32000 1.024x at BT = 16384 and 1.012x at
-       *   32768 (1.024x at 8192, v22); fp32 12000 1.033x at 16384, 1.023x
+       * - two segments: bf16 V = 32000 1.026x at BT = 16384 and 1.012x at
+       *   32768 (1.024x at 8192, v22); fp32 12000 1.034x at 16384, 1.023x
        *   at 32768; fp32 16000 1.040x (v22). */
       if (row_bytes >= 4 * 1024 && row_bytes <= 64 * 1024 &&
           (row_bytes <= 32 * 1024 || rows <= 256 * per_sm)) {
