@@ -643,27 +643,22 @@ __device__ __forceinline__ bool call_rejected(const ws_header *verdict) {
  * ordinary launch). It then lets the kernel behind it launch, whose blocks
  * wait, resident, for this grid's end: no launch gap between the two. The
  * wait comes before every read, the verdict's included. Returns
- * call_rejected(verdict). */
-__device__ __forceinline__ bool kernel_enter(const ws_header *verdict) {
+ * call_rejected(verdict).
+ *
+ * early: let the kernel behind launch before the wait, for a grid that is
+ * all resident while the kernel ahead still runs (the segment path's merge
+ * kernel), so that the next one is resident too when the grid ahead ends,
+ * not launched only once this one's wait is over. (The hardware launches a
+ * dependent grid once every block of this one has started, so a larger
+ * grid gains nothing. With this order in every kernel the full step at
+ * V = 32000 was 0.2 to 0.7 % slower, bench/NOTES.md v23.) */
+__device__ __forceinline__ bool kernel_enter(const ws_header *verdict, bool early = false) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-  return call_rejected(verdict);
-}
-
-/* kernel_enter for a grid that is resident at once while the kernel ahead
- * of it still runs (the segment path's merge kernel): it lets the kernel
- * behind it launch before it waits, so that kernel too is resident when the
- * grid ahead ends, rather than launching only once this one's wait is over.
- * (The hardware launches a dependent grid once every block of this one has
- * started, so a larger grid gains nothing. With this order in every kernel
- * the full step at V = 32000 was 0.2 to 0.7 % slower, bench/NOTES.md v23:
- * the others keep kernel_enter.) */
-__device__ __forceinline__ bool kernel_enter_early(const ws_header *verdict) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (!early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#else
+  (void)early;
 #endif
   return call_rejected(verdict);
 }

@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(XENT_SEGMENT_MAX_THREADS, 5) fwd_segment(const
  * issued at once: the target, both segments and the target's logit. */
 template <typename T>
 __global__ void __launch_bounds__(256) fwd_segment_merge(const fwd_params p) {
-  if (kernel_enter_early(p.verdict)) return; /* the finalize kernel launches now */
+  if (kernel_enter(p.verdict, true)) return; /* the finalize kernel launches now */
   const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= p.rows) return;
   /* read before any output of the row is written: they may share arrays */
