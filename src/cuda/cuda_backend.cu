@@ -213,13 +213,6 @@ fwd_kernel pick_kernel_dtype(xent_dtype dt, const xent_launch &l, bool general, 
   return nullptr;
 }
 
-/* The segment path's second kernel: each row's segments merged. */
-fwd_kernel segment_merge_kernel(xent_dtype dt) {
-  return dt == XENT_FLOAT32    ? fwd_segment_merge<float>
-         : dt == XENT_BFLOAT16 ? fwd_segment_merge<__nv_bfloat16>
-                               : fwd_segment_merge<__half>;
-}
-
 bool rows_aligned(const xent_input *in) {
   return ((uintptr_t)in->logits & 15u) == 0 &&
          (in->row_stride * (int64_t)xent_dtype_size(in->dtype)) % 16 == 0;
@@ -762,7 +755,7 @@ xent_status forward_impl(const xent_call *c, const dev_props *dp) {
       cudaLaunchAttribute attr[1];
       const cudaLaunchConfig_t cfg =
           plain_config((unsigned)((in->rows + 255) / 256), 256, stream, attr, dp->sm_major);
-      cudaError_t e = cudaLaunchKernelEx(&cfg, segment_merge_kernel(in->dtype), p);
+      cudaError_t e = cudaLaunchKernelEx(&cfg, fwd_segment_merge, p);
       if (e != cudaSuccess) {
         st = cuda_fail(e, "fwd_segment_merge launch");
         break;

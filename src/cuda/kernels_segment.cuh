@@ -67,11 +67,11 @@ __device__ __forceinline__ void block_max_sum(float &m, float &s, float2 *scratc
                        __shfl_xor_sync(0xffffffffu, s, o));
 }
 
+static_assert(XENT_SEGMENT_MAX + 1 <= 3, "two segments and the target's logit: three row arrays");
+
 /* One segment of one row a block: blockIdx.x = row * seg_count + segment.
  * At most 48 registers (5 blocks of 256 threads a SM; 54 unbounded), none
  * spilled. */
-static_assert(XENT_SEGMENT_MAX + 1 <= 3, "two segments and the target's logit: three row arrays");
-
 template <typename T, int U>
 __global__ void __launch_bounds__(XENT_SEGMENT_MAX_THREADS, 5) fwd_segment(const fwd_params p) {
   if (kernel_enter(p.verdict)) return; /* checked mode, a bad target: write nothing */
@@ -125,8 +125,8 @@ __global__ void __launch_bounds__(XENT_SEGMENT_MAX_THREADS, 5) fwd_segment(const
 
 /* A thread per row of two segments: the segments merged, then the row's
  * outputs; the finalize kernel follows for mean and sum. Every load is
- * issued at once: the target, both segments and the target's logit. */
-template <typename T>
+ * issued at once: the target, both segments and the target's logit (so
+ * one kernel serves every dtype). */
 __global__ void __launch_bounds__(256) fwd_segment_merge(const fwd_params p) {
   if (kernel_enter(p.verdict, true)) return; /* the finalize kernel launches now */
   const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
