@@ -305,9 +305,10 @@ static inline xent_launch xent_launch_pick(int sm_major, int es, long long vocab
        * - one segment: bf16 V = 2048 1.266x (BT = 32768: 1.452x), 3000
        *   1.149x, 6000 (128 x 8) 1.194x, 8000 1.136x, 12000 1.044x, 16000
        *   1.098x (BT = 2048 1.062x, 32768 1.029x, 65536 1.012x); fp32
-       *   V = 1024 1.294x, 4000 1.124x, 8000 1.073x. At 6 KB, 64 x 8 was
-       *   ahead of 128 x 4 (1.149x against 1.074x); rows of 8 KB on 64 x 8
-       *   not measured (128 x 4: 1.050x), rows under 4 KB not measured;
+       *   V = 1024 1.294x, 2048 1.058x, 4000 1.124x, 8000 1.073x; bf16
+       *   4096 (8 KB) 1.069x. At 6 and 8 KB, 64 x 8 was ahead of 128 x 4
+       *   (1.149x against 1.074x; 0.0319 against 0.0324 ms). Rows under
+       *   4 KB not measured;
        * - two segments: bf16 V = 32000 1.026x at BT = 16384 and 1.012x at
        *   32768 (1.024x at 8192, v22); fp32 12000 1.034x at 16384, 1.023x
        *   at 32768; fp32 16000 1.040x (v22). */
