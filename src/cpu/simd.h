@@ -39,6 +39,10 @@ typedef uint16_t v8h __attribute__((vector_size(16)));
 
 /* Element types of the logits, as the backend's template parameter. */
 enum { DT_F32 = 0, DT_BF16 = 1, DT_F16 = 2 };
+/* Bytes of an element, and the address of element j of a row. */
+#define ESZ(dt) ((dt) == DT_F32 ? 4 : 2)
+#define AT(p, j, dt) ((const void *)((const char *)(p) + (size_t)(j) * ESZ(dt)))
+#define AT_W(p, j, dt) ((void *)((char *)(p) + (size_t)(j) * ESZ(dt)))
 
 XENT_AI v8f vsplat(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
 XENT_AI v8i vsplati(int32_t x) { return (v8i){x, x, x, x, x, x, x, x}; }

@@ -2,7 +2,8 @@
  * stub.c - the CUDA entry points of a build without nvcc. Every GPU request
  * fails with XENT_ERROR_UNSUPPORTED; pointers are always host memory.
  */
-#include "internal.h"
+#include "common/error.h"
+#include "cuda/cuda.h"
 
 int xent_cuda_built(void) { return 0; }
 
@@ -29,33 +30,6 @@ xent_status xent_cuda_device_info(int device, xent_device_info *info) {
   return xent_fail(XENT_ERROR_UNSUPPORTED, "this build of xent has no CUDA backend");
 }
 
-#include "cuda/tune.h"
+const char *xent_cuda_last_launch(void) { return "none"; }
 
-void xent_tune_override(int path, int cluster, int threads, int size) {
-  (void)path;
-  (void)cluster;
-  (void)threads;
-  (void)size;
-}
-
-const char *xent_tune_last_launch(void) { return "cpu"; }
-
-void xent_tune_backward(int waves) { (void)waves; }
-void xent_tune_verdict_copy(int on) { (void)on; }
-void xent_tune_pdl(int on) { (void)on; }
-
-const char *xent_tune_last_backward(void) { return "cpu"; }
-
-int xent_tune_l2_normal(const void *p, size_t bytes, void *stream) {
-  (void)p;
-  (void)bytes;
-  (void)stream;
-  return 0;
-}
-
-int xent_tune_l2_read(const void *p, size_t bytes, void *stream) {
-  (void)p;
-  (void)bytes;
-  (void)stream;
-  return 0;
-}
+const char *xent_cuda_last_backward(void) { return "none"; }

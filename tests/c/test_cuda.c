@@ -10,8 +10,7 @@
  *
  * XENT_TEST_ONLY=pattern runs only the matching tests.
  * XENT_TEST_QUICK=1 runs a small subset (small shapes, every feature once,
- * the launch table's paths and the one-read kernel) for compute-sanitizer
- * runs.
+ * every kernel of the launch table) for compute-sanitizer runs.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,10 +26,10 @@
 #include <string.h>
 
 #include "check.h"
-#include "cuda/tune.h"
 #include "reference.h"
 #include "tolerance.h"
 #include "xent.h"
+#include "xent_experimental.h"
 
 static const xent_dtype DTYPES[] = {XENT_FLOAT32, XENT_BFLOAT16, XENT_FLOAT16};
 static const xent_reduction REDS[] = {XENT_REDUCTION_MEAN, XENT_REDUCTION_SUM,
@@ -83,9 +82,39 @@ static xent_exec cpu_exec(void) {
   return ex;
 }
 
+/* Force one forward launch for this thread's calls (xent_experimental.h);
+ * path XENT_EXPERIMENTAL_TABLE restores the launch table. The other
+ * settings stay as they are. */
+static void force_launch(xent_experimental_launch l) {
+  xent_experimental e = xent_experimental_get();
+  e.forward = l;
+  if (xent_experimental_set(&e) != XENT_OK)
+    fail_msg("xent_experimental_set: %s", xent_last_error());
+}
+
 /* The paths of the forward: 0 the built-in launch table, 1 the two-read
- * path forced. */
-static void force_two_read(int on) { xent_tune_override(on ? 1 : 0, 1, 256, 0); }
+ * path forced (256 threads). */
+static void force_two_read(int on) {
+  xent_experimental_launch l = {XENT_EXPERIMENTAL_TABLE, 0, 0, 0, 0, 0, 0, 0, 0};
+  if (on) {
+    l.path = XENT_EXPERIMENTAL_TWO_READ;
+    l.threads = 256;
+  }
+  force_launch(l);
+}
+
+/* One experimental setting other than the forward launch. */
+static void set_programmatic(int v) {
+  xent_experimental e = xent_experimental_get();
+  e.programmatic = v;
+  assert_int_equal(xent_experimental_set(&e), XENT_OK);
+}
+
+static void set_verdict_copy(int v) {
+  xent_experimental e = xent_experimental_get();
+  e.verdict_copy = v;
+  assert_int_equal(xent_experimental_set(&e), XENT_OK);
+}
 
 static void describe(const xt_case *c, const char *tag, char *desc, size_t n) {
   char cd[512];
@@ -210,47 +239,46 @@ enum {
   RUN_COMPARE_CPU = 1,
   RUN_TWO_READ = 2,
   RUN_WORKSPACE = 4,
-  RUN_RING = 8,
-  RUN_RING_LSU = 16,
-  RUN_STREAM = 32,
-  RUN_ONE_READ = 64,
-  RUN_KEEP = 128,
-  RUN_TWO_READ_CLUSTER = 256,
-  RUN_KEEP_PER_ROW = 512,
-  RUN_WARP = 1024,
-  RUN_STAGED = 2048,       /* rows from the workspace's counter (over a cluster: mailed) */
-  RUN_STAGED_STATIC = 4096, /* every grid-th row per block                  */
-  RUN_SEGMENT = 8192
+  RUN_WARP = 8,
+  RUN_STAGED = 16,
+  RUN_SEGMENT = 32
 };
 
-/* The launch RUN_STREAM, RUN_KEEP(_PER_ROW) and RUN_TWO_READ_CLUSTER force: blocks
- * per row (not the stream kernel's), threads, and the path's size (stream:
- * slots per thread; keep: shared-memory vectors per thread at most). */
+/* The launch RUN_WARP, RUN_SEGMENT and RUN_STAGED force: blocks per row,
+ * threads, and the path's size, packed as the shape tables below write it
+ * (warp: split * 100 + 4; segment: vectors a thread; staged: hold * 1000000
+ * + reuse * 100000 + hint * 10000 + vectors a thread and chunk * 100 +
+ * slots). */
 static struct {
   int cluster, threads, size;
 } g_launch = {1, 256, 4};
 
-/* The launch a run forces (xent_tune_override): the ring kernel with 8 slots
- * of 16 KB (fits every sm_90+ GPU) fed by bulk or per-thread copies, the
- * stream kernel, the two-read kernel, or the launch table. */
+/* The launch a run forces, or the launch table. */
 static void force_path(int flags) {
-  if (flags & RUN_STREAM) xent_tune_override(5, 1, g_launch.threads, g_launch.size);
-  else if (flags & RUN_KEEP)
-    xent_tune_override(6, g_launch.cluster, g_launch.threads, g_launch.size);
-  else if (flags & RUN_KEEP_PER_ROW)
-    xent_tune_override(7, g_launch.cluster, g_launch.threads, g_launch.size);
-  else if (flags & RUN_WARP) xent_tune_override(8, 1, g_launch.threads, g_launch.size);
-  else if (flags & RUN_SEGMENT) xent_tune_override(11, 1, g_launch.threads, g_launch.size);
-  else if (flags & RUN_STAGED)
-    xent_tune_override(9, g_launch.cluster, g_launch.threads, g_launch.size);
-  else if (flags & RUN_STAGED_STATIC)
-    xent_tune_override(10, g_launch.cluster, g_launch.threads, g_launch.size);
-  else if (flags & RUN_TWO_READ_CLUSTER)
-    xent_tune_override(1, g_launch.cluster, g_launch.threads, 0);
-  else if (flags & RUN_ONE_READ) xent_tune_override(2, 1, 256, 16);
-  else if (flags & RUN_RING) xent_tune_override(3, 0, 512, 8);
-  else if (flags & RUN_RING_LSU) xent_tune_override(4, 0, 512, 8);
-  else force_two_read((flags & RUN_TWO_READ) != 0);
+  xent_experimental_launch l = {XENT_EXPERIMENTAL_TABLE, 0, 0, 0, 0, 0, 0, 0, 0};
+  const int size = g_launch.size;
+  if (flags & RUN_WARP) {
+    l.path = XENT_EXPERIMENTAL_WARP_ROW;
+    l.threads = g_launch.threads;
+    l.warp_split = size / 100 > 1 ? size / 100 : 1;
+  } else if (flags & RUN_SEGMENT) {
+    l.path = XENT_EXPERIMENTAL_SEGMENT;
+    l.threads = g_launch.threads;
+    l.vecs = size;
+  } else if (flags & RUN_STAGED) {
+    l.path = XENT_EXPERIMENTAL_STAGED;
+    l.cluster = g_launch.cluster;
+    l.threads = g_launch.threads;
+    l.slots = size % 100;
+    l.vecs = size / 100 % 100;
+    l.l2_hint = size / 10000 % 10 != 0;
+    l.reuse = size / 100000 % 10;
+    l.hold = size / 1000000 % 10;
+  } else if (flags & RUN_TWO_READ) {
+    l.path = XENT_EXPERIMENTAL_TWO_READ;
+    l.threads = 256;
+  }
+  force_launch(l);
 }
 
 /* Run a problem on the device and check everything. */
@@ -277,17 +305,12 @@ static long cuda_run_problem(xt_problem *pb, const char *tag, int flags) {
   long errors = 0;
   char full[1100];
   snprintf(full, sizeof full, "%s%s%s launch=[%s]", desc,
-           (flags & (RUN_TWO_READ | RUN_TWO_READ_CLUSTER)) ? " two-read"
-           : (flags & (RUN_RING | RUN_RING_LSU))           ? " ring"
-           : (flags & RUN_STREAM)                          ? " stream"
-           : (flags & RUN_KEEP)                            ? " keep"
-           : (flags & RUN_KEEP_PER_ROW)                    ? " keep per-row"
-           : (flags & RUN_WARP)                            ? " warp"
-           : (flags & RUN_SEGMENT)                         ? " segment"
-           : (flags & (RUN_STAGED | RUN_STAGED_STATIC))    ? " staged"
-           : (flags & RUN_ONE_READ)                        ? " one-read"
-                                                           : "",
-           (flags & RUN_WORKSPACE) ? " workspace" : "", xent_tune_last_launch());
+           (flags & RUN_TWO_READ)  ? " two-read"
+           : (flags & RUN_WARP)    ? " warp"
+           : (flags & RUN_SEGMENT) ? " segment"
+           : (flags & RUN_STAGED)  ? " staged"
+                                   : "",
+           (flags & RUN_WORKSPACE) ? " workspace" : "", xent_experimental_last_launch());
   if (st != XENT_OK) {
     fprintf(stderr, "  [%s] status %d (%s): %s\n", full, (int)st, xent_status_string(st),
             xent_last_error());
@@ -405,12 +428,9 @@ static void test_cuda_vocab_sizes(void **state) {
         /* Large vocabularies compare with the CPU only once per size. */
         int flags = (V <= 50257 || (d == 1 && !all)) ? RUN_COMPARE_CPU : 0;
         errors += cuda_run_case(&c, &rng, "cuda vocab", flags);
-        /* The same on another path: the one-read kernel (the row in the
-         * registers of 256 threads) where the row fits it, else the
-         * two-read kernel with 256 threads (the table takes 512 or 1024). */
-        if (V * (int64_t)xt_dtype_size(DTYPES[d]) <= 256 * 16 * 16)
-          errors += cuda_run_case(&c, &rng, "cuda vocab", RUN_ONE_READ);
-        else if (k % 3 == 0 || g_quick)
+        /* The same on the two-read kernel with 256 threads (the table takes
+         * other kernels, or 512 or 1024 threads). */
+        if (k % 3 == 0 || g_quick || V * (int64_t)xt_dtype_size(DTYPES[d]) <= 256 * 16 * 16)
           errors += cuda_run_case(&c, &rng, "cuda vocab", RUN_TWO_READ);
       }
   assert_int_equal(errors, 0);
@@ -432,13 +452,13 @@ static void require_sm(int major, const char *what) {
 
 /* 1 (and a message) when the last forward's launch was not `kernel`: the
  * launch's description starts with its first word, and contains the rest
- * (such as "keep per-row"). */
+ * (such as "staged hold=2"). */
 static long not_launched(const char *kernel, int64_t V) {
-  const char *launch = xent_tune_last_launch(), *rest = strchr(kernel, ' ');
+  const char *launch = xent_experimental_last_launch(), *rest = strchr(kernel, ' ');
   const size_t head = rest ? (size_t)(rest - kernel) : strlen(kernel);
   if (strncmp(launch, kernel, head) == 0 && (!rest || strstr(launch, rest + 1))) return 0;
   print_message("V=%lld: expected the %s kernel, ran %s\n", (long long)V, kernel,
-                xent_tune_last_launch());
+                xent_experimental_last_launch());
   return 1;
 }
 
@@ -461,39 +481,6 @@ static long run_forced_case(xt_case *c, xt_rng *rng, int k, int grad, int flags,
   if (!grad && k % 8 < 2) c->check = XENT_TARGETS_UNCHECKED;
   long errors = cuda_run_case(c, rng, tag, flags);
   return errors + not_launched(kernel, c->vocab);
-}
-
-/* The ring kernel (sm_90+, aligned rows; not the launch table's choice on
- * an H200, see bench/NOTES.md v4, but selectable) streams many rows through
- * each cluster: enough rows here that every cluster takes several, so the
- * ring wraps with its chunk count not dividing the slot count, and skipped
- * rows sit between exchanged ones. Both ways of feeding the ring, and a
- * check that the ring really ran. */
-static void test_cuda_ring_stream(void **state) {
-  (void)state;
-  require_gpu();
-  require_sm(9, "the ring kernel");
-  xt_rng rng = xt_rng_for("test_cuda_ring_stream");
-  long errors = 0;
-  /* V, dtype: 1 to 8 blocks per row, 1 to 8 chunks per block. */
-  const struct {
-    int64_t V;
-    int d;
-  } shapes[] = {{40000, 1}, {50304, 1}, {128256, 1}, {128256, 0}, {201088, 1}, {262144, 0},
-                {24000, 2}, {8, 0}};
-  for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) {
-    for (int lsu = 0; lsu < 2; lsu++) {
-      if (g_quick && (i + lsu) % 3) continue;
-      int64_t V = shapes[i].V;
-      int64_t rows = V >= 200000 ? 160 : V >= 100000 ? 300 : 600;
-      if (g_quick) rows /= 4;
-      xt_case c = xt_case_default(DTYPES[shapes[i].d], rows, V);
-      c.ignore_frac = 0.1;
-      int flags = (lsu ? RUN_RING_LSU : RUN_RING) | (i < 2 ? RUN_COMPARE_CPU : 0);
-      errors += run_forced_case(&c, &rng, i + lsu, 1, flags, "cuda ring stream", "ring");
-    }
-  }
-  assert_int_equal(errors, 0);
 }
 
 /* One shape of a forced-launch sweep: V, dtype (an index into DTYPES),
@@ -542,85 +529,8 @@ static long run_forced_shapes(const forced_shape *shapes, int n, int64_t (*rows)
   return errors;
 }
 
-/* 1.5 to 6 rows per block of the stream kernel's persistent grid. */
-static int64_t stream_rows(int64_t V) { return persistent_rows(V, 700, 175); }
-
-/* The stream kernel (sm_80+, aligned rows): each thread's share of a row
- * fitting its ring (one read), just not fitting, and many times its ring
- * (the rest re-read), with and without a gradient; enough rows that every
- * block of the persistent grid takes several and its copies run ahead into
- * the next rows, with ignored rows (no copies) in between. */
-static void test_cuda_stream(void **state) {
-  (void)state;
-  require_gpu();
-  require_sm(8, "the stream kernel");
-  xt_rng rng = xt_rng_for("test_cuda_stream");
-  /* V, dtype, -, threads, slots: vectors per thread from under one to 64. */
-  const forced_shape shapes[] = {
-      {8, 0, 1, 256, 4, 0, 0},         {4096, 1, 1, 256, 4, 0, 0},
-      {32000, 1, 1, 256, 16, 0, 0},    {32000, 1, 1, 1024, 4, 0, 0},
-      {50304, 0, 1, 512, 8, 0, 0},     {128256, 1, 1, 1024, 8, 0, 0},
-      {128256, 0, 1, 1024, 8, 0, 0},   {131072, 2, 1, 512, 16, 0, 0},
-      {262144, 1, 1, 1024, 3, 0, 0}};
-  long errors = run_forced_shapes(shapes, (int)(sizeof shapes / sizeof shapes[0]), stream_rows,
-                                  RUN_STREAM, "cuda stream", "stream", &rng);
-  assert_int_equal(errors, 0);
-}
-
-/* Enough rows that blocks of the keep path's persistent grid (up to 528 on
- * an H200) take several, with ignored rows in between. */
-static int64_t keep_rows(int64_t V) { return persistent_rows(V, 1200, 600); }
-
-/* The keep path (the two-read kernel holding each thread's first vectors in
- * shared memory; the launch table's choice for mid-sized rows on sm_90):
- * rows held whole, only partly (the tail read again) and not at all, over one
- * block or a cluster of two or four, packed, padded and unaligned, with and
- * without a gradient, with several rows per block of its persistent grid. */
-static void test_cuda_keep(void **state) {
-  (void)state;
-  require_gpu();
-  xt_rng rng = xt_rng_for("test_cuda_keep");
-  /* V, dtype, cluster, threads, shared vectors per thread, stride, offset. */
-  const forced_shape shapes[] = {
-      {8, 0, 1, 256, 4, 0, 0},           {4095, 1, 1, 256, 0, 0, 1},
-      {32000, 1, 1, 1024, 4, 0, 0},
-      {32000, 1, 1, 256, 14, 0, 0},      {32000, 0, 1, 512, 2, 32000 + 5, 0},
-      {50257, 2, 1, 256, 8, 50264, 1},   {128256, 1, 1, 1024, 14, 0, 0},
-      {128256, 0, 1, 1024, 14, 0, 0},    {128256, 0, 2, 1024, 14, 0, 0},
-      {128256, 1, 1, 512, 6, 0, 1},      {262144, 1, 2, 1024, 14, 0, 0},
-      {262144, 0, 4, 512, 13, 262144 + 4, 0}};
-  long errors = run_forced_shapes(shapes, (int)(sizeof shapes / sizeof shapes[0]), keep_rows,
-                                  RUN_KEEP, "cuda keep", "keep", &rng);
-  assert_int_equal(errors, 0);
-}
-
-/* One row per cluster of the two-read kernel: 96 rows of V >= 100000, 400
- * below. */
-static int64_t cluster_rows(int64_t V) { return V >= 100000 ? 96 : 400; }
-
 /* Rows for the row-per-warp path: not a multiple of any block's 2 to 8. */
 static int64_t warp_rows(int64_t V) { return V >= 1000000 ? 37 : V >= 100000 ? 203 : 1001; }
-
-/* The keep path with a row per block or cluster (the launch table's choice
- * on sm_90 from v10 to v11; xent_tune_override runs it since): each block
- * initialises its cluster inbox and exchanges one row. Rows held whole,
- * partly and not at all, over one block or clusters of 2 and 4, every
- * dtype, packed, padded and unaligned, ignored rows among them. */
-static void test_cuda_keep_per_row(void **state) {
-  (void)state;
-  require_gpu();
-  xt_rng rng = xt_rng_for("test_cuda_keep_per_row");
-  /* V, dtype, cluster, threads, shared vectors per thread, stride, offset. */
-  const forced_shape shapes[] = {
-      {8, 0, 1, 256, 4, 0, 0},           {4095, 1, 2, 256, 0, 0, 1},
-      {32000, 1, 1, 256, 13, 0, 0},      {50257, 2, 1, 256, 8, 50264, 1},
-      {128256, 1, 1, 512, 13, 0, 0},     {128256, 0, 2, 512, 13, 0, 1},
-      {262144, 1, 2, 512, 13, 262144 + 8, 0}, {262144, 0, 4, 512, 13, 0, 0}};
-  long errors = run_forced_shapes(shapes, (int)(sizeof shapes / sizeof shapes[0]),
-                                  cluster_rows, RUN_KEEP_PER_ROW, "cuda keep per row",
-                                  "keep per-row", &rng);
-  assert_int_equal(errors, 0);
-}
 
 /* A row per warp (the forward without gradient): tiny rows to 1 M elements,
  * every dtype, packed, padded and unaligned, rows not filling the last
@@ -629,11 +539,10 @@ static void test_cuda_warp(void **state) {
   (void)state;
   require_gpu();
   xt_rng rng = xt_rng_for("test_cuda_warp");
-  /* V, dtype, -, threads, vectors a stage of the pipelined pass (0: the
-   * plain pass), stride, offset. Entries 0, 4, 8... ask for no accuracy and
-   * no predicted tokens: the plain kernel, whose pass the size pipelines;
-   * the others for statistics or every feature, which the pipelined pass
-   * does not take (run_forced_case). */
+  /* V, dtype, -, threads, - (a row a warp), stride, offset. Entries 0, 4,
+   * 8... ask for no accuracy and no predicted tokens: the plain kernel, with
+   * its pipelined pass; the others for statistics or every feature, which
+   * fold unpipelined (run_forced_case). */
   const forced_shape shapes[] = {
       {1, 0, 1, 256, 4, 0, 0},           {8, 1, 1, 64, 0, 0, 1},
       {7, 2, 1, 128, 6, 9, 0},           {4095, 1, 1, 256, 0, 0, 1},
@@ -688,7 +597,7 @@ static void test_cuda_warp_split(void **state) {
   (void)state;
   require_gpu();
   xt_rng rng = xt_rng_for("test_cuda_warp_split");
-  /* size: split * 100 + 4, as xent_tune_override takes it */
+  /* size: split * 100 + 4 (force_path) */
   const sized_shape shapes[] = {
       {{32000, 1, 1, 128, 204, 0, 0}, 1001},     {{7, 2, 1, 64, 204, 9, 0}, 2001},
       {{4095, 0, 1, 256, 404, 4100, 1}, 1001},   {{1000, 0, 1, 128, 404, 0, 0}, 3001},
@@ -741,8 +650,7 @@ static int64_t staged_rows(int64_t V) { return persistent_rows(V, 1500, 700); }
  * and of more chunks than slots; rings of 2 to 16 chunks of 2 to 64 KB;
  * over one block and clusters of 2 and 4; every dtype, packed, padded and
  * unaligned (the extra elements outside the copies), ignored rows among
- * them (announced, never copied); rows from the device counter and every
- * grid-th row; pass 1 with and without evict-last; pass 2 reusing none,
+ * them (announced, never copied); pass 1 with and without evict-last; pass 2 reusing none,
  * some and all of a slice's chunks from shared memory (slices of fewer
  * chunks than the reuse count, and reuse = slots). */
 static void test_cuda_staged(void **state) {
@@ -768,13 +676,6 @@ static void test_cuda_staged(void **state) {
   const int n = (int)(sizeof shapes / sizeof shapes[0]);
   long errors = run_forced_shapes(shapes, n, staged_rows, RUN_STAGED, "cuda staged", "staged",
                                   &rng);
-  /* every grid-th row per block: the clusters above and half of the rest */
-  forced_shape plain[sizeof shapes / sizeof shapes[0]];
-  int m = 0;
-  for (int i = 0; i < n; i++)
-    if (shapes[i].cluster > 1 || i % 2 == 0) plain[m++] = shapes[i];
-  errors += run_forced_shapes(plain, m, staged_rows, RUN_STAGED_STATIC, "cuda staged static",
-                              "staged", &rng);
   assert_int_equal(errors, 0);
 }
 
@@ -828,27 +729,6 @@ static void test_cuda_staged_hold(void **state) {
       errors += not_launched(kernel, sh->V);
     }
   }
-  assert_int_equal(errors, 0);
-}
-
-/* The two-read kernel with a row split over a cluster of 2, 4 or 8 blocks
- * (sm_90+): the blocks exchange their statistics by asynchronous stores
- * into each other's inboxes. One row per cluster, ignored rows among them
- * (their clusters exchange nothing), every dtype, packed and unaligned. */
-static void test_cuda_tworead_cluster(void **state) {
-  (void)state;
-  require_gpu();
-  require_sm(9, "clusters");
-  xt_rng rng = xt_rng_for("test_cuda_tworead_cluster");
-  /* V, dtype, cluster, threads, -, stride, offset. */
-  const forced_shape shapes[] = {
-      {8, 0, 2, 256, 0, 0, 0},          {4095, 1, 2, 512, 0, 0, 1},
-      {32000, 1, 2, 512, 0, 0, 0},      {32000, 0, 4, 256, 0, 32000 + 5, 0},
-      {50257, 2, 2, 1024, 0, 50264, 1}, {128256, 1, 2, 512, 0, 0, 0},
-      {128256, 0, 4, 512, 0, 0, 1},     {262144, 1, 8, 1024, 0, 0, 0}};
-  long errors = run_forced_shapes(shapes, (int)(sizeof shapes / sizeof shapes[0]),
-                                  cluster_rows, RUN_TWO_READ_CLUSTER, "cuda two-read cluster",
-                                  "two-read", &rng);
   assert_int_equal(errors, 0);
 }
 
@@ -985,25 +865,23 @@ static void test_cuda_special_values(void **state) {
  * gradient alone; plain: calls the plain kernel takes alone (no accuracy,
  * no predicted tokens), which the case is narrowed to. */
 static const struct {
-  int path, cluster, threads, size, sm, nograd_only, plain;
+  xent_experimental_launch launch;
+  int sm, nograd_only, plain;
   const char *name;
 } CHECKED_LAUNCHES[] = {
-    {0, 0, 0, 0, 0, 0, 0, "the table"},
-    {1, 1, 256, 0, 0, 0, 0, "two-read"},
-    {1, 2, 256, 0, 9, 0, 0, "two-read cluster 2"},
-    {2, 1, 256, 16, 0, 0, 0, "one-read"},
-    {3, 0, 512, 8, 9, 0, 0, "ring"},
-    {5, 1, 256, 4, 8, 0, 0, "stream"},
-    {6, 1, 256, 4, 0, 0, 0, "keep"},
-    {8, 1, 128, 0, 0, 1, 0, "warp"},
-    {9, 1, 128, 100803, 9, 0, 0, "staged"},
-    {10, 2, 128, 803, 9, 0, 0, "staged cluster 2"},
-    {11, 1, 256, 8, 0, 1, 1, "segment"},
-    {11, 1, 32, 4, 0, 1, 1, "segment of 32 threads (fp32: two segments)"},
+    {{XENT_EXPERIMENTAL_TABLE, 0, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 0, "the table"},
+    {{XENT_EXPERIMENTAL_TWO_READ, 0, 256, 0, 0, 0, 0, 0, 0}, 0, 0, 0, "two-read"},
+    {{XENT_EXPERIMENTAL_WARP_ROW, 0, 128, 0, 0, 0, 0, 1, 0}, 0, 1, 0, "warp"},
+    {{XENT_EXPERIMENTAL_WARP_ROW, 0, 256, 0, 0, 0, 0, 4, 0}, 0, 1, 1, "warp split 4"},
+    {{XENT_EXPERIMENTAL_STAGED, 1, 128, 8, 3, 1, 0, 0, 0}, 9, 0, 0, "staged"},
+    {{XENT_EXPERIMENTAL_STAGED, 2, 128, 8, 3, 0, 0, 0, 0}, 9, 0, 0, "staged cluster 2"},
+    {{XENT_EXPERIMENTAL_SEGMENT, 0, 256, 8, 0, 0, 0, 0, 0}, 0, 1, 1, "segment"},
+    {{XENT_EXPERIMENTAL_SEGMENT, 0, 32, 4, 0, 0, 0, 0, 0}, 0, 1, 1,
+     "segment of 32 threads (fp32: two segments)"},
 };
 
 /* One call on launch CHECKED_LAUNCHES[li], its verdict copied back (`copy`)
- * or written into mapped memory; both overrides are undone after it. */
+ * or written into mapped memory; both settings are undone after it. */
 static xent_status checked_call(const dev_buf *d, const xt_problem *pb, int li, int copy) {
   xent_exec ex = cuda_exec(NULL, 0);
   xt_problem plain = *pb;
@@ -1011,12 +889,11 @@ static xent_status checked_call(const dev_buf *d, const xt_problem *pb, int li, 
     plain.c.want_acc = plain.c.want_pred = 0;
     pb = &plain;
   }
-  xent_tune_override(CHECKED_LAUNCHES[li].path, CHECKED_LAUNCHES[li].cluster,
-                     CHECKED_LAUNCHES[li].threads, CHECKED_LAUNCHES[li].size);
-  xent_tune_verdict_copy(copy);
+  force_launch(CHECKED_LAUNCHES[li].launch);
+  set_verdict_copy(copy);
   xent_status st = dev_call(d, pb, &ex);
-  xent_tune_verdict_copy(0);
-  xent_tune_override(0, 0, 0, 0);
+  set_verdict_copy(0);
+  force_two_read(0);
   return st;
 }
 
@@ -1374,13 +1251,13 @@ static void test_cuda_workspace_and_determinism(void **state) {
         errors += xt_compare_bits(&pb, &a, aa, &b, bb, d2);
         /* Ordinary launches instead of programmatic ones (sm_90+), and every
          * launch programmatic (clustered forwards too): the same bits. */
-        for (int pdl = 0; pdl <= 2; pdl += 2) {
-          xent_tune_pdl(pdl);
+        for (int pdl = 1; pdl <= 2; pdl++) {
+          set_programmatic(pdl);
           xent_status pst = run_into(&pb, &dv, &b, bb, &ex_ws);
-          xent_tune_pdl(1);
+          set_programmatic(0);
           assert_int_equal(pst, XENT_OK);
           snprintf(d2, sizeof d2, "%s%s: %s launches", desc, two ? " two-read" : "",
-                   pdl ? "all programmatic" : "ordinary");
+                   pdl == 2 ? "all programmatic" : "ordinary");
           errors += xt_compare_bits(&pb, &a, aa, &b, bb, d2);
         }
         /* The legacy default stream gives the same bits. */
@@ -2016,16 +1893,11 @@ int main(void) {
       cmocka_unit_test(test_cuda_matrix),
       cmocka_unit_test(test_cuda_features),
       cmocka_unit_test(test_cuda_vocab_sizes),
-      cmocka_unit_test(test_cuda_ring_stream),
-      cmocka_unit_test(test_cuda_stream),
-      cmocka_unit_test(test_cuda_keep),
-      cmocka_unit_test(test_cuda_keep_per_row),
       cmocka_unit_test(test_cuda_staged),
       cmocka_unit_test(test_cuda_staged_hold),
       cmocka_unit_test(test_cuda_warp),
       cmocka_unit_test(test_cuda_warp_split),
       cmocka_unit_test(test_cuda_segment),
-      cmocka_unit_test(test_cuda_tworead_cluster),
       cmocka_unit_test(test_cuda_layouts),
       cmocka_unit_test(test_cuda_ignored_rows),
       cmocka_unit_test(test_cuda_special_values),

@@ -1,5 +1,5 @@
 /*
- * kernels_segment.cuh - the forward without gradient in segments: each row
+ * segment.cuh - the forward without gradient in segments: each row
  * cut into one or two segments, a block per segment (XENT_SEGMENT_MAX).
  *
  * fwd_segment: every thread issues all of its `U` 16-byte loads of the
@@ -11,8 +11,8 @@
  *   last whole vector), and reads the target and its logit. A row of one
  *   segment is finished there: its outputs written. A row of two leaves
  *   each segment's log-sum-exp and the target's logit in the workspace, and
- * fwd_segment_merge, a thread per row, merges the two and writes the row's
- *   outputs.
+ * fwd_segment_merge (segment_merge.cuh), a thread per row, merges the two
+ *   and writes the row's outputs.
  * For mean and sum the finalize kernel follows, as after every forward
  * kernel. (One block merging and adding every row, in one launch, was 10 us
  * slower at 8192 rows, with the merge's loads chained; a row's segments
@@ -28,44 +28,10 @@
 #ifndef XENT_CUDA_KERNELS_SEGMENT_CUH
 #define XENT_CUDA_KERNELS_SEGMENT_CUH
 
-#include "cuda/device_common.cuh"
-#include "cuda/launch_table.h"
+#include "cuda/plan.h"
+#include "cuda/row.cuh"
 
 namespace xent {
-
-/* xent_merge_max_sum with the hardware's exp2: (m, s) += (m2, s2), a NaN
- * in either sum kept. */
-__device__ __forceinline__ void merge_max_sum_fast(float &m, float &s, float m2, float s2) {
-  const float mn = fmaxf(m, m2);
-  if (mn == -INFINITY) {
-    s += s2;
-    return;
-  }
-  s = s * fast_exp2((m - mn) * kLog2e) + s2 * fast_exp2((m2 - mn) * kLog2e);
-  m = mn;
-}
-
-/* The block's (max, sum) pairs merged into thread 0's, in a fixed order
- * (a butterfly; each lane merges its partner's into its own), so the same
- * inputs give the same bits. At most 8 warps (XENT_SEGMENT_MAX_THREADS).
- * `scratch`: 8 pairs. */
-__device__ __forceinline__ void block_max_sum(float &m, float &s, float2 *scratch) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    merge_max_sum_fast(m, s, __shfl_xor_sync(0xffffffffu, m, o),
-                       __shfl_xor_sync(0xffffffffu, s, o));
-  if (lane == 0) scratch[warp] = make_float2(m, s);
-  __syncthreads();
-  if (warp != 0) return;
-  const float2 q = lane < (int)(blockDim.x >> 5) ? scratch[lane] : make_float2(-INFINITY, 0.0f);
-  m = q.x;
-  s = q.y;
-#pragma unroll
-  for (int o = 4; o > 0; o >>= 1)
-    merge_max_sum_fast(m, s, __shfl_xor_sync(0xffffffffu, m, o),
-                       __shfl_xor_sync(0xffffffffu, s, o));
-}
 
 static_assert(XENT_SEGMENT_MAX + 1 <= 3, "two segments and the target's logit: three row arrays");
 
@@ -121,37 +87,6 @@ __global__ void __launch_bounds__(XENT_SEGMENT_MAX_THREADS, 5) fwd_segment(const
   /* -inf for a segment of -inf alone, NaN for one holding a NaN */
   p.seg_lse[seg * p.seg_pitch + row] = m + logf(s);
   if (seg == 0) p.seg_lse[XENT_SEGMENT_MAX * p.seg_pitch + row] = xy;
-}
-
-/* A thread per row of two segments: the segments merged, then the row's
- * outputs; the finalize kernel follows for mean and sum. Every load is
- * issued at once: the target, both segments and the target's logit (so
- * one kernel serves every dtype). */
-__global__ void __launch_bounds__(256) fwd_segment_merge(const fwd_params p) {
-  if (kernel_enter(p.verdict, true)) return; /* the finalize kernel launches now */
-  const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (row >= p.rows) return;
-  /* read before any output of the row is written: they may share arrays */
-  float lse[XENT_SEGMENT_MAX];
-#pragma unroll
-  for (int k = 0; k < XENT_SEGMENT_MAX; k++) lse[k] = p.seg_lse[k * p.seg_pitch + row];
-  const float xy = p.seg_lse[XENT_SEGMENT_MAX * p.seg_pitch + row];
-  const int64_t y64 = load_target(p.targets, p.target64, row);
-  const bool bad = target_bad(p, y64);
-  if (bad || y64 == p.ignore_index) {
-    skipped_row_outputs(p, row, bad);
-    return;
-  }
-  part r = part_empty();
-#pragma unroll
-  for (int k = 0; k < XENT_SEGMENT_MAX; k++) {
-    /* a segment as a (max, sum) pair: (lse, 1); -inf adds nothing; a NaN
-     * is carried by the sum, where xent_merge_max_sum keeps it */
-    const float l = lse[k];
-    if (l != l) xent_merge_max_sum(&r.m, &r.s, -INFINITY, l);
-    else if (l != -INFINITY) xent_merge_max_sum(&r.m, &r.s, l, 1.0f);
-  }
-  finish_row(p, r, xy, row, (int)y64, true);
 }
 
 }  // namespace xent

@@ -1,7 +1,6 @@
 /*
- * cpu_backend.c - the CPU backend: fused cross-entropy forward (with the
- * gradient written over the logits in place) and the in-place backward
- * scale. OpenMP threads over rows; each row is handled by one thread, start
+ * forward.c - the CPU backend's fused cross-entropy forward, with the
+ * gradient written over the logits in place. OpenMP threads over rows; each row is handled by one thread, start
  * to end, so results do not depend on the thread count.
  *
  * One row, three passes (the row stays in L2 after the first):
@@ -25,13 +24,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
+#include "common/dtype.h"
+#include "common/error.h"
 #include "common/rowmath.h"
+#include "cpu/cpu.h"
 #include "cpu/simd.h"
-#include "internal.h"
+#include "cpu/threads.h"
 
 /* Elements per block of the two-level (block, then row) fp32 sums. */
 #define SUM_BLOCK 1024
@@ -77,37 +75,13 @@ static void store_one(void *row, int64_t j, float v, int dt) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Threads                                                                   */
-/* ------------------------------------------------------------------------ */
-
-int xent_cpu_default_threads(void) {
-#ifdef _OPENMP
-  int n = omp_get_max_threads();
-  return n > 0 ? n : 1;
-#else
-  return 1;
-#endif
-}
-
-/* Threads for `rows` rows of `work` elements in all. */
-static int pick_threads(int requested, int64_t rows, int64_t work) {
-  int nt = requested > 0 ? requested : xent_cpu_default_threads();
-  if ((int64_t)nt > rows) nt = (int)(rows > 0 ? rows : 1);
-  if (work < ((int64_t)1 << 15)) nt = 1; /* not worth waking a team */
-  return nt < 1 ? 1 : nt;
-}
-
-/* ------------------------------------------------------------------------ */
 /* Forward: the passes over one row                                          */
 /* ------------------------------------------------------------------------ */
 
-#define ESZ(dt) ((dt) == DT_F32 ? 4 : 2)
 /* bf16 rows without softcap or weighted smoothing are read 16 at a time as
  * even and odd elements (see bf16x16_to_f32_eo): pass 2 stores e in that
  * order within each full block of 16, and pass 3 restores it. */
 #define EO(dt, eo) ((dt) == DT_BF16 && (eo) && XENT_SIMD_BF16_EO)
-#define AT(p, j, dt) ((const void *)((const char *)(p) + (size_t)(j) * ESZ(dt)))
-#define AT_W(p, j, dt) ((void *)((char *)(p) + (size_t)(j) * ESZ(dt)))
 
 typedef struct pass1_out {
   float m, sum_x, sum_wx;
@@ -566,7 +540,7 @@ xent_status xent_cpu_forward(const xent_call *c) {
 
   /* Scratch: per thread, x' or e (V floats) unless they can go over fp32
    * logits in place, and with softcap and a gradient 1 - tanh^2. */
-  const int nt = pick_threads(c->ex.num_threads, rows, rows * V);
+  const int nt = xent_cpu_pick_threads(c->ex.num_threads, rows, rows * V);
   const int softcap = c->opt.use_softcap;
   const int need_e = c->in.dtype == XENT_FLOAT32 ? softcap && !c->write_grad
                                                  : softcap || c->write_grad;
@@ -660,55 +634,3 @@ xent_status xent_cpu_forward(const xent_call *c) {
   return XENT_OK;
 }
 
-/* ------------------------------------------------------------------------ */
-/* Backward: grad *= scale, in place                                         */
-/* ------------------------------------------------------------------------ */
-
-XENT_AI void scale_row(void *g, int64_t V, float s, const int dt) {
-  const v8f vs = vsplat(s);
-  int64_t j = 0;
-  for (; j + 16 <= V; j += 16) {
-    v8f a = vload(AT(g, j, dt), dt) * vs, b = vload(AT(g, j + 8, dt), dt) * vs;
-    if (dt == DT_BF16) {
-      f32_to_bf16x16(AT_W(g, j, dt), a, b, 0);
-    } else {
-      vstore(AT_W(g, j, dt), a, dt);
-      vstore(AT_W(g, j + 8, dt), b, dt);
-    }
-  }
-  for (; j + 8 <= V; j += 8) vstore(AT_W(g, j, dt), vload(AT(g, j, dt), dt) * vs, dt);
-  if (j < V) {
-    int n = (int)(V - j);
-    vstore_part(AT_W(g, j, dt), vload_part(AT(g, j, dt), n, dt) * vs, n, dt);
-  }
-}
-
-static void scale_row_f32(void *g, int64_t V, float s) { scale_row(g, V, s, DT_F32); }
-static void scale_row_bf16(void *g, int64_t V, float s) { scale_row(g, V, s, DT_BF16); }
-static void scale_row_f16(void *g, int64_t V, float s) { scale_row(g, V, s, DT_F16); }
-
-xent_status xent_cpu_backward(const xent_scale_call *c) {
-  const int64_t rows = c->rows, V = c->vocab, S = c->row_stride;
-  const size_t es = xent_dtype_size(c->dtype);
-  const float *go = NULL;
-  float scalar = c->host_scale;
-  if (c->grad_output) {
-    if (c->grad_output_count == 1) scalar = c->grad_output[0];
-    else go = c->grad_output;
-  }
-  if (!go && scalar == 1.0f) return XENT_OK;
-  void (*fn)(void *, int64_t, float) = c->dtype == XENT_BFLOAT16  ? scale_row_bf16
-                                       : c->dtype == XENT_FLOAT16 ? scale_row_f16
-                                                                  : scale_row_f32;
-  const int nt = pick_threads(c->ex.num_threads, rows, rows * V);
-  (void)nt;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-#endif
-  for (int64_t r = 0; r < rows; r++) {
-    float s = go ? go[r] : scalar;
-    if (s == 1.0f) continue;
-    fn((char *)c->grad + (size_t)r * (size_t)S * es, V, s);
-  }
-  return XENT_OK;
-}

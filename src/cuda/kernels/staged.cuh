@@ -1,15 +1,13 @@
 /*
- * kernels_staged.cuh - fwd_staged, the forward fed by a producer warp
- * (sm_90+).
+ * staged.cuh - fwd_staged, the forward fed by a producer warp (sm_90+).
  *
  * The two-read kernel's time is lost where its loads drain: before every
- * row's block reduction, and between one row and the next (bench/NOTES.md
- * v8 to v10). Here the loads never wait for the arithmetic. A block is one
+ * row's block reduction, and between one row and the next (bench/NOTES.md:
+ * staged). Here the loads never wait for the arithmetic. A block is one
  * producer warp (the last one) and `threads` consumer threads, on a
  * persistent grid:
  *
- *   producer (one lane): takes rows (from a device counter, or every
- *     grid-th row), announces each in a small queue, and
+ *   producer (one lane): takes rows from a counter in the workspace, announces each in a small queue, and
  *     streams its bytes through a ring of `slots` shared-memory stages of
  *     U 16-byte vectors per consumer thread (U = 4 or 8, a template
  *     parameter) with bulk copies: pass 1 the row's chunks in order, pass 2
@@ -57,7 +55,8 @@
 #ifndef XENT_CUDA_KERNELS_STAGED_CUH
 #define XENT_CUDA_KERNELS_STAGED_CUH
 
-#include "cuda/device_common.cuh"
+#include "cuda/plan.h"
+#include "cuda/row.cuh"
 #include "cuda/sm90.cuh"
 
 namespace xent {
@@ -201,12 +200,9 @@ __device__ void staged_produce(const fwd_params &p, staged_smem &sm, uint4 *ring
   else
     pol1 = poln;
   const uint64_t pol2 = evict_first_policy();
-  const int64_t step = (int64_t)(gridDim.x / (unsigned)K);
-  /* With the counter over a cluster, the lead takes the rows and mails them. */
-  const bool mailed = p.row_ticket && K > 1, takes = !mailed || rank == 0;
-  int64_t row = !takes ? 0
-                : p.row_ticket ? (int64_t)atomicAdd(p.row_ticket, 1ull)
-                               : (int64_t)(blockIdx.x / (unsigned)K);
+  /* Over a cluster, the lead takes the rows and mails them. */
+  const bool mailed = K > 1, takes = !mailed || rank == 0;
+  int64_t row = takes ? (int64_t)atomicAdd(p.row_ticket, 1ull) : 0;
   ring_pos r = {0, 0}; /* the next stage's slot */
   bool used = false;    /* every slot has been filled once */
   for (uint32_t n = 0;; n++) {
@@ -237,7 +233,7 @@ __device__ void staged_produce(const fwd_params &p, staged_smem &sm, uint4 *ring
     mbar_arrive(&sm.qfull[qi]); /* releases the entry to the consumers */
     if (e.row < 0) return;
     /* The next row now, so that the counter's round trip overlaps this row. */
-    if (takes) row = p.row_ticket ? (int64_t)atomicAdd(p.row_ticket, 1ull) : row + step;
+    if (takes) row = (int64_t)atomicAdd(p.row_ticket, 1ull);
     if (e.y == p.ignore_index || target_bad(p, e.y)) continue; /* nothing to read */
     const staged_slice sl = staged_locate<T>(p, e.row, K, rank);
     const uint4 *vp = (const uint4 *)(sl.rowp + (int64_t)sl.g.head * ES);
@@ -442,7 +438,7 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
   }
   /* Mailed rows: peers acknowledge in the lead's shared memory until their
    * last row, so every block waits for the whole cluster before it exits. */
-  const bool meet = K > 1 && p.row_ticket;
+  const bool meet = K > 1;
   if (tid >= nc) {
     if (tid == nc) staged_produce<T, HM>(p, sm, ring, K, rank);
     if (meet) {

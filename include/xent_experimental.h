@@ -1,0 +1,84 @@
+/*
+ * xent_experimental.h - settings for measuring and testing xent's CUDA
+ * kernels, outside the stable API of xent.h.
+ *
+ * Nothing here is needed for correct results, and none of it is promised to
+ * stay: the names, the fields and what they select may change with any
+ * release. The benchmark and the tests use it to time or check one kernel
+ * on a shape the launch table would give another, to launch without the
+ * programmatic chaining of kernels, and to take the checked mode's slower
+ * verdict path on a GPU that does not need it.
+ *
+ * Settings are per thread: xent_experimental_set() changes the calls that
+ * the calling thread makes afterwards, and no other thread's, so it is as
+ * thread-safe as the rest of the library. A forced launch that cannot run a
+ * call (a kernel that needs a newer GPU, a row that does not fit its
+ * geometry) makes that call fail with XENT_ERROR_UNSUPPORTED, saying why;
+ * it never runs another kernel in its place.
+ */
+#ifndef XENT_EXPERIMENTAL_H
+#define XENT_EXPERIMENTAL_H
+
+#include "xent.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The CUDA forward kernels (src/cuda/plan.h describes each). */
+typedef enum xent_experimental_path {
+  XENT_EXPERIMENTAL_TABLE = 0,    /* the launch table chooses (the default)               */
+  XENT_EXPERIMENTAL_TWO_READ = 1, /* a row per block, read twice (once without a gradient) */
+  XENT_EXPERIMENTAL_STAGED = 2,   /* sm_90+: a producer warp streams rows through a ring   */
+  XENT_EXPERIMENTAL_WARP_ROW = 3, /* without a gradient: a row per warp (or per few warps) */
+  XENT_EXPERIMENTAL_SEGMENT = 4   /* without a gradient: a block per segment of a row      */
+} xent_experimental_path;
+
+/* A forward launch. Fields a path does not use must be 0. */
+typedef struct xent_experimental_launch {
+  xent_experimental_path path;
+  int cluster;      /* staged: blocks that split each row (1, 2, 4 or 8; 0 means 1)      */
+  int threads;      /* threads a block; staged: the consumer threads (a producer warp is
+                       added); a multiple of 32                                           */
+  int vecs;         /* staged: 16-byte vectors a consumer thread takes of each chunk (4 or
+                       8); segment: loads a thread issues at once (4 or 8)                */
+  int slots;        /* staged: chunks in the ring (2 to 16)                               */
+  int reuse;        /* staged: a slice's last chunks that the gradient pass reads from the
+                       ring rather than again from memory (0 to slots)                    */
+  int hold;         /* staged: of the other chunks, the first ones kept in registers
+                       between the passes (0 to 2; plain calls of 4 vectors only)         */
+  int warp_split;   /* warp row: warps that share a row (1, 2, 4 or 8; plain calls only)  */
+  int l2_hint;      /* two-read with a gradient, staged: the first pass loads evict-last  */
+} xent_experimental_launch;
+
+typedef struct xent_experimental {
+  xent_experimental_launch forward; /* path XENT_EXPERIMENTAL_TABLE: the launch table     */
+  int programmatic;  /* 0: the library's rule; 1: no kernel launched programmatically;
+                        2: every kernel, clustered forwards too (sm_90+)                  */
+  int verdict_copy;  /* 1: the checked mode fetches the device's verdict with a copy, as
+                        on GPUs that cannot map host memory                               */
+  int backward_waves; /* the backward's grid in waves of resident blocks: 0 the default,
+                        -1 one work item a block                                          */
+} xent_experimental;
+
+#define XENT_EXPERIMENTAL_INIT {{XENT_EXPERIMENTAL_TABLE, 0, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 0}
+
+/* Use `settings` for this thread's later calls; NULL restores the defaults.
+ * Returns XENT_ERROR_BAD_ENUM or XENT_ERROR_BAD_ARGUMENT (nothing changed)
+ * for values outside the ranges above. */
+XENT_API xent_status xent_experimental_set(const xent_experimental *settings);
+
+/* This thread's settings. */
+XENT_API xent_experimental xent_experimental_get(void);
+
+/* The launch of this thread's last CUDA forward, such as "staged cluster=2
+ * threads=480+32 slots=7 reuse=7 hold=2 chunk=30KB grid=132 ...", or "none". */
+XENT_API const char *xent_experimental_last_launch(void);
+
+/* The launch of this thread's last CUDA backward that ran its kernel. */
+XENT_API const char *xent_experimental_last_backward(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,107 @@
+/*
+ * checks.c - argument checks shared by the public entry points.
+ */
+#include "api/checks.h"
+
+#include <math.h>
+
+#include "common/dtype.h"
+#include "common/error.h"
+#include "cuda/cuda.h"
+
+int xent_aligned(const void *p, size_t alignment) { return ((uintptr_t)p % alignment) == 0; }
+
+xent_status xent_check_matrix(const char *name, const void *p, xent_dtype dtype, int64_t rows,
+                              int64_t vocab, int64_t *stride) {
+  size_t es = xent_dtype_size(dtype);
+  if (es == 0) return xent_fail(XENT_ERROR_BAD_ENUM, "dtype %d is not a xent_dtype", (int)dtype);
+  if (rows < 0)
+    return xent_fail(XENT_ERROR_BAD_SHAPE, "rows is %lld; it must be >= 0", (long long)rows);
+  if (vocab < 1 || vocab > INT32_MAX)
+    return xent_fail(XENT_ERROR_BAD_SHAPE, "vocab is %lld; it must be in [1, %d]",
+                     (long long)vocab, INT32_MAX);
+  if (*stride == 0) *stride = vocab;
+  if (*stride < vocab)
+    return xent_fail(XENT_ERROR_BAD_STRIDE, "row_stride is %lld, smaller than vocab %lld",
+                     (long long)*stride, (long long)vocab);
+  if (rows > 0 && (uint64_t)(rows - 1) > (uint64_t)((INT64_MAX / (int64_t)es - vocab) / *stride))
+    return xent_fail(XENT_ERROR_BAD_STRIDE,
+                     "rows %lld x row_stride %lld overflows the addressable extent",
+                     (long long)rows, (long long)*stride);
+  if (rows > 0 && !p) return xent_fail(XENT_ERROR_NULL_POINTER, "%s is NULL", name);
+  if (p && !xent_aligned(p, es))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "%s is not aligned to its %zu-byte element", name,
+                     es);
+  return XENT_OK;
+}
+
+xent_status xent_check_options(const xent_options *opt) {
+  if (opt->reduction != XENT_REDUCTION_MEAN && opt->reduction != XENT_REDUCTION_SUM &&
+      opt->reduction != XENT_REDUCTION_NONE)
+    return xent_fail(XENT_ERROR_BAD_ENUM, "reduction %d is not a xent_reduction",
+                     (int)opt->reduction);
+  if (opt->target_check != XENT_TARGETS_CHECKED && opt->target_check != XENT_TARGETS_UNCHECKED)
+    return xent_fail(XENT_ERROR_BAD_ENUM, "target_check %d is not a xent_target_check",
+                     (int)opt->target_check);
+  if (!(opt->label_smoothing >= 0.0f && opt->label_smoothing <= 1.0f))
+    return xent_fail(XENT_ERROR_BAD_LABEL_SMOOTHING, "label_smoothing is %g; it must be in [0, 1]",
+                     (double)opt->label_smoothing);
+  if (opt->use_softcap && !(opt->softcap > 0.0f && isfinite(opt->softcap)))
+    return xent_fail(XENT_ERROR_BAD_SOFTCAP, "softcap is %g; it must be finite and > 0",
+                     (double)opt->softcap);
+  if (!(opt->lse_square_scale >= 0.0f && isfinite(opt->lse_square_scale)))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "lse_square_scale is %g; it must be finite and >= 0",
+                     (double)opt->lse_square_scale);
+  return XENT_OK;
+}
+
+void xent_sides_add(xent_sides *s, const char *name, const void *p) {
+  if (!p || s->n == XENT_MAX_SIDES) return;
+  s->name[s->n] = name;
+  s->ptr[s->n] = p;
+  s->dev[s->n] = -1;
+  s->n++;
+}
+
+xent_status xent_resolve(xent_exec *ex, xent_sides *s) {
+  const int cuda = xent_cuda_built();
+  if (cuda)
+    for (int i = 0; i < s->n; i++) s->dev[i] = xent_cuda_pointer_device(s->ptr[i]);
+  switch (ex->backend) {
+    case XENT_BACKEND_AUTO:
+      if (s->n > 0 && s->dev[0] >= 0) {
+        ex->backend = XENT_BACKEND_CUDA;
+        ex->device = s->dev[0];
+      } else {
+        ex->backend = XENT_BACKEND_CPU;
+      }
+      break;
+    case XENT_BACKEND_CPU:
+      if (ex->num_threads < 0)
+        return xent_fail(XENT_ERROR_BAD_ARGUMENT, "num_threads is %d; it must be >= 0",
+                         ex->num_threads);
+      break;
+    case XENT_BACKEND_CUDA:
+      if (!cuda)
+        return xent_fail(XENT_ERROR_UNSUPPORTED,
+                         "backend CUDA requested but this build of xent has no CUDA backend");
+      if (ex->device < 0)
+        return xent_fail(XENT_ERROR_BAD_ARGUMENT, "device is %d; it must be >= 0", ex->device);
+      break;
+    default:
+      return xent_fail(XENT_ERROR_BAD_ENUM, "backend %d is not a xent_backend", (int)ex->backend);
+  }
+  if (!cuda) return XENT_OK; /* every pointer is host memory */
+  for (int i = 0; i < s->n; i++) {
+    if (ex->backend == XENT_BACKEND_CUDA && s->dev[i] < 0)
+      return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                       "%s is host memory but the backend is CUDA: pass device memory",
+                       s->name[i]);
+    if (ex->backend == XENT_BACKEND_CPU && s->dev[i] >= 0)
+      return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                       "%s is device memory (device %d) but the backend is CPU", s->name[i],
+                       s->dev[i]);
+  }
+  return XENT_OK;
+}

@@ -1,0 +1,103 @@
+/*
+ * experimental.c - the experimental settings, per thread: a call copies
+ * them when it starts, so no thread sees another's and none needs a lock.
+ */
+#include "api/experimental.h"
+
+#include "common/error.h"
+#include "cuda/cuda.h"
+
+static _Thread_local xent_experimental current = XENT_EXPERIMENTAL_INIT;
+
+xent_experimental xent_experimental_current(void) { return current; }
+
+static int in_range(int v, int lo, int hi) { return v >= lo && v <= hi; }
+
+/* The ranges xent_experimental.h gives; what a path cannot run on a given
+ * call is the CUDA backend's to say (src/cuda/plan.c). */
+static xent_status check_launch(const xent_experimental_launch *l) {
+  if (!in_range((int)l->path, XENT_EXPERIMENTAL_TABLE, XENT_EXPERIMENTAL_SEGMENT))
+    return xent_fail(XENT_ERROR_BAD_ENUM, "forward.path %d is not a xent_experimental_path",
+                     (int)l->path);
+  if (l->path == XENT_EXPERIMENTAL_TABLE) {
+    if (l->cluster || l->threads || l->vecs || l->slots || l->reuse || l->hold ||
+        l->warp_split || l->l2_hint)
+      return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                       "forward.path is XENT_EXPERIMENTAL_TABLE: its other fields must be 0");
+    return XENT_OK;
+  }
+  if (!in_range(l->threads, 32, 1024) || l->threads % 32)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "forward.threads is %d; it must be a multiple of 32 from 32 to 1024",
+                     l->threads);
+  if (!(l->cluster == 0 || l->cluster == 1 || l->cluster == 2 || l->cluster == 4 ||
+        l->cluster == 8))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "forward.cluster is %d; it must be 0, 1, 2, 4 or 8",
+                     l->cluster);
+  if (!in_range(l->l2_hint, 0, 1))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "forward.l2_hint is %d; it must be 0 or 1",
+                     l->l2_hint);
+  const int staged = l->path == XENT_EXPERIMENTAL_STAGED;
+  const int segment = l->path == XENT_EXPERIMENTAL_SEGMENT;
+  const int warp = l->path == XENT_EXPERIMENTAL_WARP_ROW;
+  if (l->cluster > 1 && !staged)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "forward.cluster > 1 needs the staged path");
+  if ((staged || segment) ? !(l->vecs == 4 || l->vecs == 8) : l->vecs != 0)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "forward.vecs is %d; it must be 4 or 8 for the staged and segment paths "
+                     "and 0 otherwise",
+                     l->vecs);
+  if (staged ? !in_range(l->slots, 2, 16) : l->slots != 0)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "forward.slots is %d; it must be 2 to 16 on the staged path and 0 otherwise",
+                     l->slots);
+  if (staged ? !in_range(l->reuse, 0, l->slots) : l->reuse != 0)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "forward.reuse is %d; it must be 0 to slots on the staged path and 0 "
+                     "otherwise",
+                     l->reuse);
+  if (staged ? !in_range(l->hold, 0, 2) || (l->hold && l->vecs != 4) : l->hold != 0)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "forward.hold is %d; it must be 0 to 2 (with vecs 4) on the staged path and "
+                     "0 otherwise",
+                     l->hold);
+  if (warp ? !(l->warp_split == 0 || l->warp_split == 1 || l->warp_split == 2 ||
+               l->warp_split == 4 || l->warp_split == 8)
+           : l->warp_split != 0)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "forward.warp_split is %d; it must be 0, 1, 2, 4 or 8 on the warp-row path "
+                     "and 0 otherwise",
+                     l->warp_split);
+  if (l->l2_hint && !(staged || l->path == XENT_EXPERIMENTAL_TWO_READ))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "forward.l2_hint applies to the two-read and staged paths only");
+  return XENT_OK;
+}
+
+xent_status xent_experimental_set(const xent_experimental *settings) {
+  xent_clear_error();
+  if (!settings) {
+    const xent_experimental defaults = XENT_EXPERIMENTAL_INIT;
+    current = defaults;
+    return XENT_OK;
+  }
+  xent_status st = check_launch(&settings->forward);
+  if (st) return st;
+  if (!in_range(settings->programmatic, 0, 2))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "programmatic is %d; it must be 0, 1 or 2",
+                     settings->programmatic);
+  if (!in_range(settings->verdict_copy, 0, 1))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "verdict_copy is %d; it must be 0 or 1",
+                     settings->verdict_copy);
+  if (!in_range(settings->backward_waves, -1, 1024))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "backward_waves is %d; it must be -1 to 1024",
+                     settings->backward_waves);
+  current = *settings;
+  return XENT_OK;
+}
+
+xent_experimental xent_experimental_get(void) { return current; }
+
+const char *xent_experimental_last_launch(void) { return xent_cuda_last_launch(); }
+
+const char *xent_experimental_last_backward(void) { return xent_cuda_last_backward(); }

@@ -1,0 +1,45 @@
+/*
+ * call.h - a call as the API layer (src/api) hands it to a backend
+ * (src/cpu, src/cuda): every argument the host can see already checked, the
+ * backend and the device resolved, row_stride normalised (never 0). Nothing
+ * here is public.
+ *
+ * A backend may assume its call is valid except for what the API layer
+ * cannot see from the host: the CUDA backend checks targets and weights on
+ * the device (xent_options.target_check). The CPU backend gets them already
+ * checked.
+ */
+#ifndef XENT_COMMON_CALL_H
+#define XENT_COMMON_CALL_H
+
+#include "xent.h"
+#include "xent_experimental.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct xent_call {
+  xent_input in;        /* row_stride >= vocab                                       */
+  xent_options opt;
+  xent_output out;
+  xent_exec ex;         /* backend is XENT_BACKEND_CPU or XENT_BACKEND_CUDA          */
+  int write_grad;       /* 1: xent_forward_grad, 0: xent_forward                     */
+  xent_experimental exp; /* the calling thread's experimental settings               */
+} xent_call;
+
+typedef struct xent_scale_call {
+  void *grad;
+  xent_dtype dtype;
+  int64_t rows, vocab, row_stride;  /* row_stride >= vocab                          */
+  const float *grad_output;         /* NULL: use host_scale                         */
+  int64_t grad_output_count;        /* 1 or rows when grad_output is set            */
+  float host_scale;                 /* used when grad_output is NULL; never 1.0     */
+  xent_exec ex;
+  xent_experimental exp;
+} xent_scale_call;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,21 @@
+/*
+ * cpu.h - the CPU backend's entry points, called by the API layer.
+ */
+#ifndef XENT_CPU_H
+#define XENT_CPU_H
+
+#include "common/call.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+xent_status xent_cpu_forward(const xent_call *c);
+xent_status xent_cpu_backward(const xent_scale_call *c);
+/* Threads a call with num_threads 0 uses. */
+int xent_cpu_default_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

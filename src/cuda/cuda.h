@@ -1,0 +1,29 @@
+/*
+ * cuda.h - the CUDA backend's entry points, called by the API layer;
+ * src/cuda/stub.c stands in for them in a build without nvcc.
+ */
+#ifndef XENT_CUDA_H
+#define XENT_CUDA_H
+
+#include "common/call.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when the backend is compiled in. */
+int xent_cuda_built(void);
+xent_status xent_cuda_forward(const xent_call *c);
+xent_status xent_cuda_backward(const xent_scale_call *c);
+/* Device ordinal that owns `p`, or -1 for host memory, NULL or no CUDA. */
+int xent_cuda_pointer_device(const void *p);
+void xent_cuda_fill_info(xent_info *info);
+xent_status xent_cuda_device_info(int device, xent_device_info *info);
+/* The launch descriptions behind xent_experimental_last_launch/_backward. */
+const char *xent_cuda_last_launch(void);
+const char *xent_cuda_last_backward(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
