@@ -8,6 +8,10 @@
  *     g_j = a * p_j - b * (weighted smoothing ? w_j : 1) - (j == y ? c : 0)
  *     g_j *= 1 - t_j^2            when softcap is on (t_j = tanh(x_j / cap))
  *
+ * with p_j = exp(x'_j - m) / s. Every exponent is a difference x' - m,
+ * never x' log2(e) - m log2(e): the rounding of a large product would scale
+ * a whole row by up to 2^(ulp/2) and overflow (bench/NOTES.md: numerics).
+ *
  * The -c at the target is folded in fp32 before rounding to the storage type
  * (p_y - 1 cancels badly when p_y is near 1).
  */
@@ -33,12 +37,18 @@ typedef struct xent_consts {
   int smoothing;     /* alpha > 0                                            */
 } xent_consts;
 
-/* What a row reduces to. */
+/* What a row reduces to. The log-sum-exp is kept as its two parts, the
+ * maximum m and log s with s = sum_j exp(x'_j - m) in [1, V], so that the
+ * loss m - x'_y + log s stays accurate however large the logits are (m + log
+ * s rounds log s away once |m| is large). The smoothing sums are taken over
+ * x' / V, which cannot overflow for any finite x'. */
 typedef struct xent_row_stats {
-  float lse;         /* log sum exp x'                                       */
+  float m;           /* max_j x'_j                                           */
+  float log_s;       /* log sum_j exp(x'_j - m)                              */
   float xy;          /* x'_y                                                 */
-  float sum_x;       /* sum_j x'_j       (needed when smoothing)             */
-  float sum_wx;      /* sum_j w_j x'_j   (needed when weighted smoothing)    */
+  float mean_x;      /* sum_j x'_j / V        (needed when smoothing)        */
+  float mean_wx;     /* sum_j w_j (x'_j - m) / V (weighted smoothing): relative
+                        to m, which sum_j w_j x'_j / V alone can overflow     */
   float wy;          /* w_y (1 when unweighted)                              */
 } xent_row_stats;
 
@@ -46,16 +56,22 @@ typedef struct xent_row_coef {
   float a, b, c;
 } xent_row_coef;
 
-/* The loss terms of one row, before any reduction scale (z excluded). */
+/* The row's log-sum-exp. */
+XENT_HD float xent_row_lse(const xent_row_stats *r) { return r->m + r->log_s; }
+
+/* The loss terms of one row, before any reduction scale (z excluded). Each
+ * difference of large numbers is taken before it meets the small log s. */
 XENT_HD float xent_row_loss(const xent_consts *k, const xent_row_stats *r) {
-  float nll = r->lse - r->xy;
+  const float nll = (r->m - r->xy) + r->log_s;
   if (!k->weighted) {
     float loss = (1.0f - k->alpha) * nll;
-    if (k->smoothing) loss += k->alpha * (r->lse - r->sum_x * k->inv_vocab);
+    /* alpha (lse - mean x) = alpha log s + (alpha m - alpha mean x) */
+    if (k->smoothing) loss += fmaf(k->alpha, r->log_s, fmaf(k->alpha, r->m, -k->alpha * r->mean_x));
     return loss;
   }
   float loss = (1.0f - k->alpha) * r->wy * nll;
-  if (k->smoothing) loss += k->eps * (r->lse * k->sum_w - r->sum_wx);
+  if (k->smoothing) /* eps sum_j w_j (lse - x'_j) = alpha (log s sum_w / V - mean_wx) */
+    loss += k->alpha * fmaf(r->log_s, k->sum_w * k->inv_vocab, -r->mean_wx);
   return loss;
 }
 
@@ -67,7 +83,7 @@ XENT_HD float xent_row_z(const xent_consts *k, float lse) { return k->s * lse * 
 XENT_HD xent_row_coef xent_row_coefficients(const xent_consts *k, const xent_row_stats *r,
                                             float scale_loss, float scale_z) {
   xent_row_coef g;
-  float zterm = scale_z * 2.0f * k->s * r->lse;
+  float zterm = scale_z * 2.0f * k->s * xent_row_lse(r);
   if (!k->weighted) {
     g.a = scale_loss + zterm;
     g.b = scale_loss * k->eps;

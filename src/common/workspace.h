@@ -4,11 +4,11 @@
  *
  *   [0, 256)                 header: counters, error slots, reduction scales
  *   [256, 4352)              per-block partials of the count kernel
- *   then 3 arrays of `rows` floats, each 256-byte aligned:
- *                            loss terms, z-loss, accuracy per row; on the
- *                            CUDA segment path first the log-sum-exps of a
- *                            row's segments 0 and 1 and its target's logit
- *                            (cuda/kernels_segment.cuh)
+ *   then 5 arrays of `rows` floats, each 256-byte aligned:
+ *                            loss terms, z-loss, accuracy per row (the first
+ *                            three); on the CUDA segment path first the (max,
+ *                            sum) of a row's segments 0 and 1 and its
+ *                            target's logit (cuda/kernels/segment.cuh)
  */
 #ifndef XENT_WORKSPACE_H
 #define XENT_WORKSPACE_H
@@ -18,6 +18,7 @@
 
 #define XENT_WS_HEADER_BYTES 256
 #define XENT_WS_PARTIAL_BYTES 4096
+#define XENT_WS_ROW_ARRAYS 5
 
 static inline size_t xent_ws_row_array_bytes(int64_t rows) {
   if (rows < 0) rows = 0;
@@ -25,7 +26,8 @@ static inline size_t xent_ws_row_array_bytes(int64_t rows) {
 }
 
 static inline size_t xent_ws_bytes(int64_t rows) {
-  return XENT_WS_HEADER_BYTES + XENT_WS_PARTIAL_BYTES + 3 * xent_ws_row_array_bytes(rows);
+  return XENT_WS_HEADER_BYTES + XENT_WS_PARTIAL_BYTES +
+         XENT_WS_ROW_ARRAYS * xent_ws_row_array_bytes(rows);
 }
 
 #endif

@@ -84,22 +84,21 @@ static void store_one(void *row, int64_t j, float v, int dt) {
 #define EO(dt, eo) ((dt) == DT_BF16 && (eo) && XENT_SIMD_BF16_EO)
 
 typedef struct pass1_out {
-  float m, sum_x, sum_wx;
+  float m, sum_x; /* sum x' / V */
   int nan; /* some x' is NaN */
 } pass1_out;
 
-/* Pass 1 without softcap: max; mode 1 adds sum x, mode 2 also sum w x
- * (never with eo). */
-XENT_AI pass1_out pass1_plain(const void *x, int64_t V, const float *w, const int mode,
+/* Pass 1 without softcap: max; mode 1 adds sum x / V, mode 2 also sum w x / V
+ * (never with eo). Over V, so that no finite row overflows the sums. */
+XENT_AI pass1_out pass1_plain(const void *x, int64_t V, const int mode, float inv_v,
                               const int dt, const int eo) {
-  const v8f ninf = vsplat(-__builtin_inff());
+  const v8f ninf = vsplat(-__builtin_inff()), vinv = vsplat(inv_v);
   v8f m0 = ninf, m1 = ninf, m2 = ninf, m3 = ninf;
-  v8f sx = vsplat(0.0f), swx = vsplat(0.0f);
+  v8f sx = vsplat(0.0f);
   v8i nan = vsplati(0);
   for (int64_t jb = 0; jb < V; jb += SUM_BLOCK) {
     const int64_t je = jb + SUM_BLOCK < V ? jb + SUM_BLOCK : V;
     v8f s0 = vsplat(0.0f), s1 = s0, s2 = s0, s3 = s0;
-    v8f w0 = s0, w1 = s0, w2 = s0, w3 = s0;
     int64_t j = jb;
     for (; j + 32 <= je; j += 32) {
       v8f a, b, c, d;
@@ -118,66 +117,44 @@ XENT_AI pass1_out pass1_plain(const void *x, int64_t V, const float *w, const in
       m3 = vmax(m3, d);
       nan |= vunord(a, b) | vunord(c, d);
       if (mode >= 1) {
-        s0 += a;
-        s1 += b;
-        s2 += c;
-        s3 += d;
-      }
-      if (mode == 2) {
-        v8f wa, wb, wc, wd;
-        memcpy(&wa, w + j, 32);
-        memcpy(&wb, w + j + 8, 32);
-        memcpy(&wc, w + j + 16, 32);
-        memcpy(&wd, w + j + 24, 32);
-        w0 = vfma(wa, a, w0);
-        w1 = vfma(wb, b, w1);
-        w2 = vfma(wc, c, w2);
-        w3 = vfma(wd, d, w3);
+        s0 = vfma(a, vinv, s0);
+        s1 = vfma(b, vinv, s1);
+        s2 = vfma(c, vinv, s2);
+        s3 = vfma(d, vinv, s3);
       }
     }
     for (; j + 8 <= je; j += 8) {
       v8f a = vload(AT(x, j, dt), dt);
       m0 = vmax(m0, a);
       nan |= vunord(a, a);
-      if (mode >= 1) s0 += a;
-      if (mode == 2) {
-        v8f wa;
-        memcpy(&wa, w + j, 32);
-        w0 = vfma(wa, a, w0);
-      }
+      if (mode >= 1) s0 = vfma(a, vinv, s0);
     }
     if (j < je) {
       int n = (int)(je - j);
       v8f a = vload_part(AT(x, j, dt), n, dt);
       m0 = vmax(m0, vsel(vlanes_below(n), a, ninf));
       nan |= vunord(a, a); /* lanes >= n are 0 */
-      if (mode >= 1) s0 += a; /* lanes >= n are 0 */
-      if (mode == 2) {
-        v8f wa = vload_part(w + j, n, DT_F32);
-        w0 = vfma(wa, a, w0);
-      }
+      if (mode >= 1) s0 = vfma(a, vinv, s0); /* lanes >= n are 0 */
     }
     if (mode >= 1) sx += (s0 + s1) + (s2 + s3);
-    if (mode == 2) swx += (w0 + w1) + (w2 + w3);
   }
   pass1_out o;
   o.m = vhmax(vmax(vmax(m0, m1), vmax(m2, m3)));
   o.nan = vany(nan);
   o.sum_x = mode >= 1 ? vhsum(sx) : 0.0f;
-  o.sum_wx = mode == 2 ? vhsum(swx) : 0.0f;
   return o;
 }
 
 /* Pass 1 with softcap: also writes x' to E and, when F is set, 1 - tanh^2. */
-XENT_AI pass1_out pass1_cap(const void *x, int64_t V, const float *w, const int mode,
-                            float cap, float inv_cap, float *E, float *F, const int dt) {
-  const v8f ninf = vsplat(-__builtin_inff());
+XENT_AI pass1_out pass1_cap(const void *x, int64_t V, const int mode, float inv_v, float cap,
+                            float inv_cap, float *E, float *F, const int dt) {
+  const v8f ninf = vsplat(-__builtin_inff()), vinv_v = vsplat(inv_v);
   const v8f vcap = vsplat(cap), vinv = vsplat(inv_cap);
-  v8f m0 = ninf, sx = vsplat(0.0f), swx = vsplat(0.0f);
+  v8f m0 = ninf, sx = vsplat(0.0f);
   v8i nan = vsplati(0);
   for (int64_t jb = 0; jb < V; jb += SUM_BLOCK) {
     const int64_t je = jb + SUM_BLOCK < V ? jb + SUM_BLOCK : V;
-    v8f s0 = vsplat(0.0f), w0 = s0;
+    v8f s0 = vsplat(0.0f);
     for (int64_t j = jb; j < je; j += 8) {
       int n = je - j >= 8 ? 8 : (int)(je - j);
       v8f a = n == 8 ? vload(AT(x, j, dt), dt) : vload_part(AT(x, j, dt), n, dt);
@@ -194,32 +171,28 @@ XENT_AI pass1_out pass1_cap(const void *x, int64_t V, const float *w, const int 
         if (F) vstore_part(F + j, fac, n, DT_F32);
         m0 = vmax(m0, vsel(vlanes_below(n), xp, ninf));
       }
-      if (mode >= 1) s0 += xp; /* padded lanes: tanh(0) = 0 */
-      if (mode == 2) {
-        v8f wa = n == 8 ? vload(w + j, DT_F32) : vload_part(w + j, n, DT_F32);
-        w0 = vfma(wa, xp, w0);
-      }
+      if (mode >= 1) s0 = vfma(xp, vinv_v, s0); /* padded lanes: tanh(0) = 0 */
     }
     sx += s0;
-    swx += w0;
   }
   pass1_out o;
   o.m = vhmax(m0);
   o.nan = vany(nan);
   o.sum_x = mode >= 1 ? vhsum(sx) : 0.0f;
-  o.sum_wx = mode == 2 ? vhsum(swx) : 0.0f;
   return o;
 }
 
-/* Pass 2: e_j = 2^(x_j log2(e) + c) with c = -m log2(e) rounded (so e_j is
- * exp(x_j - m) up to a factor common to the row, which the caller takes out
- * of the log-sum-exp); returns sum e, and stores e in dst when set. No x is
- * NaN and m is finite (the caller checks), so the exponents are <= 0 or -inf.
+/* Pass 2: e_j = 2^((x_j - m) log2(e)) = exp(x_j - m); returns sum e, and
+ * stores e in dst when set. The exponent is a difference, exact where it
+ * matters: x_j log2(e) - m log2(e) rounds the product, which for a large m
+ * is off by up to half its ulp and would scale the whole row by 2^that. No
+ * x is NaN and m is finite (the caller checks), so the exponents are <= 0
+ * or -inf.
  * pf, when set, is the next row (pf_es bytes per element): its lines are
  * prefetched towards L2 along the way, so its pass 1 does not wait on DRAM. */
-XENT_AI float pass2(const void *x, int64_t V, float c, float *dst, const char *pf, int pf_es,
+XENT_AI float pass2(const void *x, int64_t V, float m, float *dst, const char *pf, int pf_es,
                     const int dt, const int eo) {
-  const v8f vl = vsplat(1.44269504088896341f), vc = vsplat(c);
+  const v8f vl = vsplat(1.44269504088896341f), vm = vsplat(m);
   v8f tot = vsplat(0.0f);
   for (int64_t jb = 0; jb < V; jb += SUM_BLOCK) {
     const int64_t je = jb + SUM_BLOCK < V ? jb + SUM_BLOCK : V;
@@ -234,8 +207,8 @@ XENT_AI float pass2(const void *x, int64_t V, float c, float *dst, const char *p
         xa = vload(AT(x, j, dt), dt);
         xb = vload(AT(x, j + 8, dt), dt);
       }
-      v8f a = vexp2_nonan(vfma(xa, vl, vc));
-      v8f b = vexp2_nonan(vfma(xb, vl, vc));
+      v8f a = vexp2_nonan((xa - vm) * vl);
+      v8f b = vexp2_nonan((xb - vm) * vl);
       if (dst) {
         memcpy(dst + j, &a, 32);
         memcpy(dst + j + 8, &b, 32);
@@ -244,14 +217,14 @@ XENT_AI float pass2(const void *x, int64_t V, float c, float *dst, const char *p
       s1 += b;
     }
     if (j + 8 <= je) {
-      v8f a = vexp2_nonan(vfma(vload(AT(x, j, dt), dt), vl, vc));
+      v8f a = vexp2_nonan((vload(AT(x, j, dt), dt) - vm) * vl);
       if (dst) memcpy(dst + j, &a, 32);
       s0 += a;
       j += 8;
     }
     if (j < je) {
       int n = (int)(je - j);
-      v8f a = vexp2_nonan(vfma(vload_part(AT(x, j, dt), n, dt), vl, vc));
+      v8f a = vexp2_nonan((vload_part(AT(x, j, dt), n, dt) - vm) * vl);
       a = (v8f)(vlanes_below(n) & (v8i)a);
       if (dst) vstore_part(dst + j, a, n, DT_F32);
       s1 += a;
@@ -259,6 +232,27 @@ XENT_AI float pass2(const void *x, int64_t V, float c, float *dst, const char *p
     tot += s0 + s1;
   }
   if (pf) __builtin_prefetch(pf + (size_t)V * (size_t)pf_es - 1, 0, 2);
+  return vhsum(tot);
+}
+
+/* sum_j (w_j / V) (x_j - m) for weighted smoothing: relative to the row's
+ * maximum m, which sum_j w_j x_j / V alone can overflow near the fp32 range.
+ * A pass of its own over the row (in L2 by now); m is finite. */
+XENT_AI float weighted_shifted_mean(const void *x, int64_t V, const float *w, float m,
+                                    float inv_v, const int dt) {
+  const v8f vm = vsplat(m), vinv = vsplat(inv_v);
+  v8f tot = vsplat(0.0f);
+  for (int64_t jb = 0; jb < V; jb += SUM_BLOCK) {
+    const int64_t je = jb + SUM_BLOCK < V ? jb + SUM_BLOCK : V;
+    v8f s0 = vsplat(0.0f);
+    for (int64_t j = jb; j < je; j += 8) {
+      const int n = je - j >= 8 ? 8 : (int)(je - j);
+      const v8f a = n == 8 ? vload(AT(x, j, dt), dt) : vload_part(AT(x, j, dt), n, dt);
+      const v8f wa = n == 8 ? vload(w + j, DT_F32) : vload_part(w + j, n, DT_F32);
+      s0 = vfma(wa * vinv, a - vm, s0); /* padded lanes: w = 0 */
+    }
+    tot += s0;
+  }
   return vhsum(tot);
 }
 
@@ -377,15 +371,16 @@ XENT_AI void row_forward(const fwd_ctx *f, void *x, int64_t y, float *E, float *
   if (softcap) {
     /* x' goes over fp32 logits in place when they get the gradient anyway. */
     if (dt == DT_F32 && grad) E = (float *)x;
-    if (f->mode == 0) p = pass1_cap(x, V, w_sm, 0, f->cap, f->inv_cap, E, F, dt);
-    else if (f->mode == 1) p = pass1_cap(x, V, w_sm, 1, f->cap, f->inv_cap, E, F, dt);
-    else p = pass1_cap(x, V, w_sm, 2, f->cap, f->inv_cap, E, F, dt);
+    const float iv = f->k.inv_vocab;
+    if (f->mode == 0) p = pass1_cap(x, V, 0, iv, f->cap, f->inv_cap, E, F, dt);
+    else p = pass1_cap(x, V, 1, iv, f->cap, f->inv_cap, E, F, dt);
     xp = E;
     xp_dt = DT_F32;
   } else {
-    if (f->mode == 0) p = pass1_plain(x, V, w_sm, 0, dt, 1);
-    else if (f->mode == 1) p = pass1_plain(x, V, w_sm, 1, dt, 1);
-    else p = pass1_plain(x, V, w_sm, 2, dt, 0);
+    const float iv = f->k.inv_vocab;
+    if (f->mode == 0) p = pass1_plain(x, V, 0, iv, dt, 1);
+    else if (f->mode == 1) p = pass1_plain(x, V, 1, iv, dt, 1);
+    else p = pass1_plain(x, V, 2, iv, dt, 0);
     xp = x;
     xp_dt = dt;
   }
@@ -404,28 +399,27 @@ XENT_AI void row_forward(const fwd_ctx *f, void *x, int64_t y, float *E, float *
    * give a NaN loss and a NaN gradient row, and so does this. */
   const int bad = p.nan || !(m > -INFINITY && m < INFINITY);
 
+  /* Before pass 2 may overwrite x' with e. */
+  const float mean_wx =
+      w_sm && !bad ? weighted_shifted_mean(xp, V, w_sm, m, f->k.inv_vocab, xp_dt) : 0.0f;
+
   /* Pass 2: exponentials into E (fp32 logits: in place) when a gradient follows. */
   float *dst = NULL;
   if (grad) dst = dt == DT_F32 ? (float *)x : E;
-  /* e_j = 2^(x_j log2(e) + cm): cm = -m log2(e) + d, where d (exact, from
-   * an fma) is its rounding error; every e_j and their sum carry 2^d, which
-   * cancels in e_j / sum and comes out of the log-sum-exp. */
-  const float log2e = 1.44269504088896341f;
-  const float cm = -m * log2e;
-  const float d = bad ? 0.0f : fmaf(m, log2e, cm);
   float s = NAN;
   if (bad) dst = NULL;
-  else if (xp_dt == DT_F32) s = pass2(xp, V, cm, dst, (const char *)next, ESZ(dt), DT_F32, 0);
-  else if (eo) s = pass2(xp, V, cm, dst, (const char *)next, ESZ(dt), dt, 1);
-  else s = pass2(xp, V, cm, dst, (const char *)next, ESZ(dt), dt, 0);
-  const float lse = m + (logf(s) - d * 0.693147180559945309f);
+  else if (xp_dt == DT_F32) s = pass2(xp, V, m, dst, (const char *)next, ESZ(dt), DT_F32, 0);
+  else if (eo) s = pass2(xp, V, m, dst, (const char *)next, ESZ(dt), dt, 1);
+  else s = pass2(xp, V, m, dst, (const char *)next, ESZ(dt), dt, 0);
 
   xent_row_stats st;
-  st.lse = lse;
+  st.m = m;
+  st.log_s = logf(s);
   st.xy = xy;
-  st.sum_x = p.sum_x;
-  st.sum_wx = p.sum_wx;
+  st.mean_x = p.sum_x;
+  st.mean_wx = mean_wx;
   st.wy = w ? w[y] : 1.0f;
+  const float lse = xent_row_lse(&st);
   o->loss = xent_row_loss(&f->k, &st);
   o->z = xent_row_z(&f->k, lse);
   o->lse = lse;

@@ -317,7 +317,7 @@ xent_status forward_impl(const xent_call *c, const dev_props &dp) {
     p.pred_out = out->predicted;
     if (segs > 0) { /* equal segments of the rows' whole vectors */
       const long long nvec = in->vocab * es / 16;
-      p.seg_lse = merge ? ws_loss : NULL;
+      p.seg_stats = merge ? ws_loss : NULL;
       p.seg_pitch = (int64_t)(arr / sizeof(float));
       p.seg_count = (int)segs;
       p.seg_vecs = (int)((nvec + segs - 1) / segs);

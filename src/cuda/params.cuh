@@ -62,11 +62,12 @@ struct fwd_params {
   float *row_acc;          /* accuracy per row (may be NULL)                    */
   float *lse_out;          /* optional                                          */
   int64_t *pred_out;       /* optional                                          */
-  float *seg_lse;          /* fwd_segment, rows of two segments: segment k of
-                              row r leaves its log-sum-exp at
-                              seg_lse[k * seg_pitch + r], segment 0 the
-                              target's logit at [2 * seg_pitch + r] (for
-                              fwd_segment_merge); NULL for rows of one     */
+  float *seg_stats;        /* fwd_segment, rows of two segments: segment k of
+                              row r leaves its max at seg_stats[2k * seg_pitch
+                              + r] and its sum at [(2k + 1) * seg_pitch + r],
+                              segment 0 the target's logit at [4 * seg_pitch
+                              + r] (for fwd_segment_merge); NULL for rows of
+                              one                                             */
   int64_t seg_pitch;
   int seg_count;           /* fwd_segment: segments a row, of seg_vecs vectors
                               (the last one of a row may hold fewer)          */

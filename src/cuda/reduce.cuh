@@ -26,8 +26,10 @@ constexpr int kMaxWarps = 32;
 struct part {
   float m;      /* max of x'                                                  */
   float s;      /* sum exp(x' - m)                                            */
-  float sx;     /* sum x'                                                     */
-  float swx;    /* sum w x'                                                   */
+  float sx;     /* sum x' / V                                                 */
+  float swx;    /* sum w (x' - m) / V: relative to m, so that no finite row
+                   overflows it (sum w x' alone does, near the fp32 range)    */
+  float sw;     /* sum w / V of the elements folded (what moves swx to a new m) */
   float am;     /* value of the arg-max (x')                                   */
   int ai;       /* its first index (INT_MAX when none)                        */
 };
@@ -38,6 +40,7 @@ __device__ __forceinline__ part part_empty() {
   p.s = 0.f;
   p.sx = 0.f;
   p.swx = 0.f;
+  p.sw = 0.f;
   p.am = -INFINITY;
   p.ai = 0x7fffffff;
   return p;
@@ -50,10 +53,18 @@ __device__ __forceinline__ void argmax_merge(float &am, int &ai, float v, int i)
   }
 }
 
+/* sum w (x' - m) / V of a part moved to the larger maximum mn (a part that
+ * folded no weight stays 0, whatever its m). */
+__device__ __forceinline__ float shift_swx(float swx, float sw, float m, float mn) {
+  return sw != 0.0f && m < mn ? fmaf(m - mn, sw, swx) : swx;
+}
+
 __device__ __forceinline__ part part_merge(part a, const part &b) {
+  const float mn = fmaxf(a.m, b.m);
+  a.swx = shift_swx(a.swx, a.sw, a.m, mn) + shift_swx(b.swx, b.sw, b.m, mn);
+  a.sw += b.sw;
   xent_merge_max_sum(&a.m, &a.s, b.m, b.s);
   a.sx += b.sx;
-  a.swx += b.swx;
   argmax_merge(a.am, a.ai, b.am, b.ai);
   return a;
 }
@@ -64,6 +75,7 @@ __device__ __forceinline__ part part_shfl_xor(const part &p, int mask) {
   q.s = __shfl_xor_sync(0xffffffffu, p.s, mask);
   q.sx = __shfl_xor_sync(0xffffffffu, p.sx, mask);
   q.swx = __shfl_xor_sync(0xffffffffu, p.swx, mask);
+  q.sw = __shfl_xor_sync(0xffffffffu, p.sw, mask);
   q.am = __shfl_xor_sync(0xffffffffu, p.am, mask);
   q.ai = __shfl_xor_sync(0xffffffffu, p.ai, mask);
   return q;
@@ -151,15 +163,16 @@ __device__ __forceinline__ void block_max_sum(float &m, float &s, float2 *scratc
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 /* One block's part as it travels to the other blocks of its cluster: two
- * asynchronous stores (16 + 8 bytes) into each peer's inbox, each counted in
- * bytes on the peer's barrier for that row. */
+ * asynchronous 16-byte stores into each peer's inbox, each counted in bytes
+ * on the peer's barrier for that row. */
 constexpr int kMaxClusterParts = 8; /* XENT_MAX_CLUSTER */
 struct __align__(16) part_msg {
   float m, s, sx, swx, am;
   int ai;
-  int pad[2];
+  float sw;
+  int pad;
 };
-constexpr uint32_t kPartMsgBytes = 24; /* what travels of a part_msg */
+constexpr uint32_t kPartMsgBytes = 32; /* what travels of a part_msg */
 
 /* A block's inbox, double-buffered by row parity: slot[b][k] holds block k's
  * part of the block's b-th (mod 2) exchanged row, and bar[b] completes when
@@ -201,7 +214,7 @@ __device__ __forceinline__ part cluster_exchange(part r, int K, unsigned rank,
     if ((int)lane < K && lane != rank) {
       const uint32_t a = map_shared(mine, lane), bar = map_shared(&ib->bar[b], lane);
       st_async_v4(a, r.m, r.s, r.sx, r.swx, bar);
-      st_async_v2(a + 16, r.am, r.ai, bar);
+      st_async_v4(a + 16, r.am, __int_as_float(r.ai), r.sw, 0.0f, bar);
     }
     if (lane == 0) {
       mine->m = r.m;
@@ -210,6 +223,7 @@ __device__ __forceinline__ part cluster_exchange(part r, int K, unsigned rank,
       mine->swx = r.swx;
       mine->am = r.am;
       mine->ai = r.ai;
+      mine->sw = r.sw;
       mbar_arrive_expect(&ib->bar[b], (uint32_t)(K - 1) * kPartMsgBytes);
     }
   }
@@ -224,6 +238,7 @@ __device__ __forceinline__ part cluster_exchange(part r, int K, unsigned rank,
     q.swx = g.swx;
     q.am = g.am;
     q.ai = g.ai;
+    q.sw = g.sw;
     t = part_merge(t, q);
   }
   return t;

@@ -31,11 +31,16 @@ __device__ __forceinline__ float cap(const fwd_params &p, float x, float *dfac) 
 template <bool GENERAL, bool ARGMAX, bool SMOOTH>
 __device__ __forceinline__ void fold_max(const fwd_params &p, part &q, float xc, int j) {
   if (ARGMAX) argmax_merge(q.am, q.ai, xc, j);
-  q.m = fmaxf(q.m, xc);
-  if (SMOOTH) {
-    q.sx += xc;
-    if (GENERAL && p.weights) q.swx += __ldg(p.weights + j) * xc;
+  const float mn = fmaxf(q.m, xc);
+  if (SMOOTH) { /* over V, so that no finite row overflows them */
+    q.sx = fmaf(xc, p.k.inv_vocab, q.sx);
+    if (GENERAL && p.weights) { /* sum w (x' - m) / V, moved along as m grows */
+      const float wv = __ldg(p.weights + j) * p.k.inv_vocab;
+      q.swx = fmaf(wv, xc - mn, shift_swx(q.swx, q.sw, q.m, mn));
+      q.sw += wv;
+    }
   }
+  q.m = mn;
 }
 
 /* Fold one 16-byte vector v (elements j0 .. j0 + N - 1) into an online
@@ -60,9 +65,8 @@ __device__ __forceinline__ void fold_vec(const fwd_params &p, const uint4 &v, in
     m = cm;
   }
   if (m != -INFINITY) {
-    const float mk = m * kLog2e;
 #pragma unroll
-    for (int e = 0; e < VN; e++) s += fast_exp2(fmaf(f[e], kLog2e, -mk));
+    for (int e = 0; e < VN; e++) s += fast_exp2((f[e] - m) * kLog2e);
   } else {
 #pragma unroll
     for (int e = 0; e < VN; e++)
@@ -103,14 +107,13 @@ __device__ __forceinline__ void fold_stage(const uint4 (&v)[U], float &m, float 
     }
     return;
   }
-  const float mk = m * kLog2e;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int u = 0; u < U; u++) {
     float f[VN];
     elem<T>::unpack(v[u], f);
 #pragma unroll
-    for (int e = 0; e < VN; e++) acc[e & 3] += fast_exp2(fmaf(f[e], kLog2e, -mk));
+    for (int e = 0; e < VN; e++) acc[e & 3] += fast_exp2((f[e] - m) * kLog2e);
   }
   s += (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
@@ -127,11 +130,11 @@ __device__ __forceinline__ void fold_stage(const uint4 (&v)[U], float &m, float 
     }                                                  \
   } while (0)
 
-/* Row-wide constants the gradient needs. */
+/* Row-wide constants the gradient needs: g_j = a_s e_j - b (w_j) - [j == y] c
+ * with e_j = exp(x'_j - m), a_s = a / s (rowmath.h). */
 struct grad_coef {
-  float a, b, c;  /* g_j = a p_j - b (w_j) - [j == y] c                        */
-  float lse;
-  float lse2;     /* lse * log2(e)                                             */
+  float a_s, b, c;
+  float m;
   int y;
 };
 
@@ -143,9 +146,9 @@ __device__ __forceinline__ float grad_elem(const fwd_params &p, const grad_coef 
   float xc = x;
   *dfac = 1.0f;
   if (GENERAL && p.use_softcap) xc = cap(p, x, dfac);
-  float pj = fast_exp2(fmaf(xc, kLog2e, -gc.lse2));
+  float ej = fast_exp2((xc - gc.m) * kLog2e);
   float bj = (GENERAL && p.weights) ? gc.b * __ldg(p.weights + j) : gc.b;
-  float g = fmaf(gc.a, pj, -bj);
+  float g = fmaf(gc.a_s, ej, -bj);
   if (GENERAL) g *= *dfac;
   return g;
 }
@@ -241,22 +244,23 @@ __device__ __forceinline__ grad_coef finish_row(const fwd_params &p, const row_s
   const xent_consts &k = rs.k;
   const float scale_loss = rs.loss, scale_z = rs.z;
   xent_row_stats st;
-  st.lse = r.m + logf(r.s);
+  st.m = r.m;
+  st.log_s = logf(r.s);
   st.xy = xy;
-  st.sum_x = r.sx;
-  st.sum_wx = r.swx;
+  st.mean_x = r.sx;
+  st.mean_wx = r.swx; /* relative to r.m, the row's maximum */
   st.wy = p.weights ? __ldg(p.weights + y) : 1.0f;
+  const float lse = xent_row_lse(&st);
   xent_row_coef c = xent_row_coefficients(&k, &st, scale_loss, scale_z);
   grad_coef gc;
-  gc.a = c.a;
+  gc.a_s = c.a / r.s;
   gc.b = c.b;
   gc.c = c.c;
-  gc.lse = st.lse;
-  gc.lse2 = st.lse * kLog2e;
+  gc.m = r.m;
   gc.y = y;
   if (write_outputs) {
     float lp = xent_row_loss(&k, &st);
-    float z = xent_row_z(&k, st.lse);
+    float z = xent_row_z(&k, lse);
     float acc = (r.ai == y) ? 1.0f : 0.0f;
     if (p.per_row_out) {
       p.row_loss[row] = lp + z;
@@ -267,7 +271,7 @@ __device__ __forceinline__ grad_coef finish_row(const fwd_params &p, const row_s
     }
     if (p.row_z) p.row_z[row] = z;
     if (p.row_acc) p.row_acc[row] = acc;
-    if (p.lse_out) p.lse_out[row] = st.lse;
+    if (p.lse_out) p.lse_out[row] = lse;
     if (p.pred_out) p.pred_out[row] = r.ai;
   }
   return gc;

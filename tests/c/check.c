@@ -274,6 +274,95 @@ int xt_problem_make(xt_problem *pb, const xt_case *c, xt_rng *rng) {
   return 0;
 }
 
+/* The largest finite magnitude of a dtype. */
+static double dtype_max(xent_dtype dt) {
+  return dt == XENT_FLOAT16 ? 65504.0 : dt == XENT_BFLOAT16 ? 3.3895313892515355e38 : 3.4028234663852886e38;
+}
+
+int xt_problem_make_huge(xt_problem *pb, const xt_case *c, double M, xt_rng *rng) {
+  if (xt_problem_make(pb, c, rng) != 0) return -1;
+  const int64_t R = c->rows, V = c->vocab;
+  const double am = fabs(M), top = dtype_max(c->dtype);
+  /* Below the maximum by up to 5 % of it, as far as the dtype reaches. */
+  double spread = 0.05;
+  if (am * (1.0 + spread) > top) spread = (top - am) / am;
+  const int bits = c->dtype == XENT_FLOAT32 ? 23 : c->dtype == XENT_BFLOAT16 ? 7 : 10;
+  const double ulp = ldexp(am, -bits);
+  for (int64_t r = 0; r < R; r++) {
+    if (pb->t64[r] == c->ignore_index) continue;
+    for (int64_t j = 0; j < V; j++) set_elem(pb, r, j, M - am * spread * xt_uniform(rng));
+    /* 1 to 3 exact maxima, and the next values below it */
+    const int ties = 1 + (int)(r % 3);
+    int64_t at[3];
+    for (int k = 0; k < ties; k++) {
+      at[k] = xt_randint(rng, V);
+      set_elem(pb, r, at[k], M);
+    }
+    for (int k = 1; k <= 3; k++)
+      if (fabs(M - k * ulp) <= top) set_elem(pb, r, xt_randint(rng, V), M - k * ulp);
+    /* the target at a maximum, next to it, or anywhere */
+    const int64_t y = r % 4 == 0 ? at[0] : r % 4 == 1 ? at[ties - 1] : xt_randint(rng, V);
+    set_target(pb, r, y);
+  }
+  memcpy(pb->orig, pb->alloc, pb->alloc_elems * pb->esize);
+  return xt_problem_rereference(pb);
+}
+
+double xt_huge_case(xt_case *c, xent_dtype dt, int k, int64_t rows, int64_t vocab) {
+  static const double wide[] = {1e4, -1e4, 1e10, -1e10, 1e20, 1e30, -1e30, 3e38, -3e38};
+  static const double half[] = {1e3, -1e3, 6e4, 65504.0, -6e4, -65504.0};
+  const int nw = (int)(sizeof wide / sizeof wide[0]), nh = (int)(sizeof half / sizeof half[0]);
+  const int n = dt == XENT_FLOAT16 ? nh : nw;
+  if (k < 0 || k >= 6 * n) return 0.0;
+  const double M = dt == XENT_FLOAT16 ? half[k / 6] : wide[k / 6];
+  *c = xt_case_default(dt, rows, vocab);
+  c->ignore_frac = 0.1;
+  c->want_acc = c->want_pred = c->want_z = c->want_lse = 0;
+  switch (k % 6) {
+    case 0: c->reduction = XENT_REDUCTION_MEAN; break;
+    case 1: c->reduction = XENT_REDUCTION_SUM; c->alpha = 0.1; break;
+    case 2: c->reduction = XENT_REDUCTION_NONE; c->alpha = 0.1; c->weighted = 1; break;
+    case 3: /* z-loss where s M^2 stays finite in fp32 */
+      c->reduction = XENT_REDUCTION_MEAN;
+      c->s = fabs(M) <= 1e17 ? 1e-4 : 0.0;
+      c->want_z = 1;
+      break;
+    case 4: c->reduction = XENT_REDUCTION_NONE; c->use_softcap = 1; c->cap = 30.0; break;
+    default: c->reduction = XENT_REDUCTION_NONE; c->want_acc = c->want_pred = c->want_lse = 1;
+  }
+  return M;
+}
+
+long xt_check_huge(const xt_problem *pb, const xt_outbuf *ob, double M, const char *desc) {
+  const xt_case *c = &pb->c;
+  const xt_result *ref = &pb->ref;
+  report rp = {desc, 0};
+  /* fp32 rounding of each term: the nll and log s to a few ulp of
+   * themselves, the smoothing sums to a few ulp of |M| times alpha */
+  const double rel = 4e-6, smooth = 4e-6 * (double)(float)c->alpha * fabs(M);
+  char what[64];
+  if (c->reduction == XENT_REDUCTION_NONE) {
+    for (int64_t r = 0; r < c->rows; r++) {
+      const xt_row *W = &ref->row[r];
+      if (W->ignored) continue;
+      const double want = W->loss + W->z, got = ob->loss[r];
+      if (!isfinite(want)) {
+        bad(&rp, "loss[%lld]: the reference is %g (a case that cannot be represented)",
+            (long long)r, want);
+      } else if (!(fabs(got - want) <= rel * (1.0 + fabs(want)) + smooth))
+        bad(&rp, "loss[%lld] = %.9g, want %.9g (|M| = %g)", (long long)r, got, want, fabs(M));
+      if (c->want_lse && !(fabs(ob->lse[r] - W->lse) <= rel * (1.0 + fabs(W->lse))))
+        bad(&rp, "lse[%lld] = %.9g, want %.9g", (long long)r, (double)ob->lse[r], W->lse);
+    }
+  } else {
+    const double want = ref->loss, got = ob->loss[0];
+    snprintf(what, sizeof what, "loss");
+    if (!(fabs(got - want) <= rel * (1.0 + fabs(want)) + smooth))
+      bad(&rp, "%s = %.9g, want %.9g (|M| = %g)", what, got, want, fabs(M));
+  }
+  return rp.errors;
+}
+
 void xt_problem_set(xt_problem *pb, int64_t r, int64_t j, double v) {
   set_elem(pb, r, j, v);
   int64_t at = r * pb->stride + j;

@@ -116,6 +116,20 @@ typedef struct xt_outbuf {
   int64_t *pred;             /* rows + 1                                           */
 } xt_outbuf;
 
+/* A problem whose rows have their maximum at M (any finite value the dtype
+ * holds): every element within 5 % of |M| below it, 1 to 3 exact ties at
+ * M, the next representable values below it, targets at a maximum or
+ * anywhere. Returns 0, or -1 when out of memory. */
+int xt_problem_make_huge(xt_problem *pb, const xt_case *c, double M, xt_rng *rng);
+/* The huge-logit cases both backends run: case k (from 0 until it returns
+ * 0) of dtype dt, rows x vocab, into c; returns its maximum M. Six option
+ * sets per M: plain mean, smoothing sum, weights and smoothing none, z-loss
+ * mean (where s M^2 stays finite), softcap none, the statistics none. */
+double xt_huge_case(xt_case *c, xent_dtype dt, int k, int64_t rows, int64_t vocab);
+/* Tight checks for such a problem: the loss (each row's, or the reduced
+ * one) and lse within fp32 rounding of their own size, not of |M|. */
+long xt_check_huge(const xt_problem *pb, const xt_outbuf *ob, double M, const char *desc);
+
 int xt_outbuf_make(xt_outbuf *ob, const xt_case *c);
 void xt_outbuf_poison(xt_outbuf *ob);
 void xt_outbuf_free(xt_outbuf *ob);

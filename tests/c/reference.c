@@ -313,7 +313,11 @@ void xt_ref_row(const xt_params *p, const double *x, int64_t y, double scale_los
     if (out->tie_delta > 0.0 && j != am && x[j] != x[am] && xp >= m - out->tie_delta)
       out->ambiguous = 1;
   }
-  double lse = m + log(sum_e);
+  /* lse as its two parts: m + log(sum_e) rounds log(sum_e) away once |m|
+   * passes about 1e15, even in double, and the loss is their difference
+   * with x'_y. */
+  const double log_s = log(sum_e);
+  double lse = m + log_s;
   if (m == -INFINITY) lse = -INFINITY;
   out->lse = lse;
   out->hit = (am == y);
@@ -335,18 +339,19 @@ void xt_ref_row(const xt_params *p, const double *x, int64_t y, double scale_los
 
   /* The smoothing terms only exist when alpha > 0 (with masked -inf logits
    * 0 * inf would otherwise poison the row). */
+  const double nll = (m - xy) + log_s;
   if (!p->weights) {
-    out->loss = (1.0 - alpha) * (lse - xy);
+    out->loss = (1.0 - alpha) * nll;
     out->mag = (1.0 - alpha) * (fabs(lse) + fabs(xy));
     if (alpha > 0.0) {
-      out->loss += alpha * lse - eps * sum_x;
+      out->loss += alpha * log_s + (alpha * m - eps * sum_x);
       out->mag += alpha * fabs(lse) + eps * sum_abs_x;
     }
   } else {
-    out->loss = (1.0 - alpha) * wy * (lse - xy);
+    out->loss = (1.0 - alpha) * wy * nll;
     out->mag = (1.0 - alpha) * fabs(wy) * (fabs(lse) + fabs(xy));
     if (alpha > 0.0) {
-      out->loss += eps * (lse * sum_w - sum_wx);
+      out->loss += eps * (log_s * sum_w + (m * sum_w - sum_wx));
       out->mag += eps * (fabs(lse) * sum_abs_w + sum_abs_wx);
     }
   }
@@ -363,7 +368,7 @@ void xt_ref_row(const xt_params *p, const double *x, int64_t y, double scale_los
   /* Pass 3: the gradient. */
   for (int64_t j = 0; j < V; j++) {
     double xp = xt_xprime(p, x[j]);
-    double pj = exp(xp - lse);
+    double pj = exp((xp - m) - log_s);
     double onehot = (j == yc) ? 1.0 : 0.0;
     double g;
     if (!p->weights) {

@@ -589,6 +589,38 @@ static void test_large_offsets(void **state) {
   assert_int_equal(errors, 0);
 }
 
+/* Row maxima from 1e4 to the edge of each dtype's range (+-3e38 in fp32 and
+ * bf16, +-65504 in fp16), ties at the maximum among them: every option gives
+ * fp32-accurate results, the loss accurate to its own size (a tie's log 2
+ * survives a maximum of 1e30), never a NaN or an inf. */
+static void test_huge_logits(void **state) {
+  (void)state;
+  xt_rng rng = xt_rng_for("test_huge_logits");
+  long errors = 0;
+  for (int d = 0; d < 3; d++) {
+    xt_case c;
+    double M;
+    for (int k = 0; (M = xt_huge_case(&c, DTYPES[d], k, 13, 300 + k)) != 0.0; k++) {
+      xt_problem pb;
+      assert_int_equal(xt_problem_make_huge(&pb, &c, M, &rng), 0);
+      char desc[768];
+      snprintf(desc, sizeof desc, "huge logits M=%g", M);
+      xt_outbuf ob;
+      assert_int_equal(xt_outbuf_make(&ob, &c), 0);
+      xent_status st = call_forward(&pb, &ob, 1);
+      if (st != XENT_OK) {
+        fprintf(stderr, "  [%s] status %d: %s\n", desc, (int)st, xent_last_error());
+        errors++;
+      } else {
+        errors += xt_check(&pb, &ob, pb.alloc, desc) + xt_check_huge(&pb, &ob, M, desc);
+      }
+      xt_outbuf_free(&ob);
+      xt_problem_free(&pb);
+    }
+  }
+  assert_int_equal(errors, 0);
+}
+
 /* Many short rows (the row partitioning across threads). */
 static void test_many_rows(void **state) {
   (void)state;
@@ -820,6 +852,7 @@ int main(void) {
       cmocka_unit_test(test_nonfinite_logits),
       cmocka_unit_test(test_peaked_rows),
       cmocka_unit_test(test_large_offsets),
+      cmocka_unit_test(test_huge_logits),
       cmocka_unit_test(test_many_rows),
       cmocka_unit_test(test_first_argmax),
       cmocka_unit_test(test_backward),

@@ -281,6 +281,10 @@ static void force_path(int flags) {
   force_launch(l);
 }
 
+/* The row maximum of a huge-logit problem (xt_problem_make_huge), whose
+ * results cuda_run_problem also checks tightly; 0 otherwise. */
+static double g_huge_M;
+
 /* Run a problem on the device and check everything. */
 static long cuda_run_problem(xt_problem *pb, const char *tag, int flags) {
   char desc[900];
@@ -318,6 +322,7 @@ static long cuda_run_problem(xt_problem *pb, const char *tag, int flags) {
   } else {
     dev_get(&d, &ob, after);
     errors = xt_check(pb, &ob, after, full);
+    if (g_huge_M != 0.0) errors += xt_check_huge(pb, &ob, g_huge_M, full);
     if (errors == 0 && (flags & RUN_COMPARE_CPU)) errors += compare_with_cpu(pb, &ob, after, full);
   }
   if (ws) CK(cudaFree(ws));
@@ -852,6 +857,53 @@ static void test_cuda_special_values(void **state) {
       c.base = r == 0 ? 200.0 : r == 1 ? -200.0 : 90.0;
       errors += cuda_run_case(&c, &rng, "cuda large offset", RUN_COMPARE_CPU);
     }
+  assert_int_equal(errors, 0);
+}
+
+/* Row maxima from 1e4 to the edge of each dtype's range (+-3e38 in fp32 and
+ * bf16, +-65504 in fp16), ties among them, every option: on the launch
+ * table's kernel, the two-read kernel, the staged kernel (sm_90+, with and
+ * without chunks held in registers) and, without a gradient, the row per
+ * warp (split and not) and the segment path (fp32 rows of two segments). The
+ * loss must be accurate to its own size (a tie's log 2 survives a maximum of
+ * 1e30), never a NaN or an inf. */
+static void test_cuda_huge_logits(void **state) {
+  (void)state;
+  require_gpu();
+  xt_rng rng = xt_rng_for("test_cuda_huge_logits");
+  long errors = 0;
+  struct {
+    int flags, cluster, threads, size, grad, sm;
+  } paths[] = {{0, 1, 0, 0, 1, 0},           {0, 1, 0, 0, 0, 0},
+               {RUN_TWO_READ, 1, 0, 0, 1, 0}, {RUN_TWO_READ, 1, 0, 0, 0, 0},
+               {RUN_STAGED, 1, 128, 210804, 1, 9}, {RUN_STAGED, 2, 64, 2000402, 1, 9},
+               {RUN_WARP, 1, 128, 0, 0, 0},   {RUN_WARP, 1, 256, 404, 0, 0},
+               {RUN_SEGMENT, 1, 64, 4, 0, 0}};
+  const int np = (int)(sizeof paths / sizeof paths[0]);
+  int n = 0;
+  for (int d = 0; d < 3; d++) {
+    xt_case c;
+    double M;
+    /* V = 1500 + k: fp32 rows of two segments of 64 x 4 vectors, bf16 of one */
+    for (int k = 0; (M = xt_huge_case(&c, DTYPES[d], k, 13, 1500 + k)) != 0.0; k++) {
+      for (int pi = 0; pi < np; pi++, n++) {
+        if (g_quick && n % 4) continue;
+        if (paths[pi].sm && !has_sm(paths[pi].sm)) continue;
+        c.grad = paths[pi].grad;
+        xt_problem pb;
+        assert_int_equal(xt_problem_make_huge(&pb, &c, M, &rng), 0);
+        g_launch.cluster = paths[pi].cluster;
+        g_launch.threads = paths[pi].threads;
+        g_launch.size = paths[pi].size;
+        char tag[64];
+        snprintf(tag, sizeof tag, "cuda huge logits M=%g", M);
+        g_huge_M = M;
+        errors += cuda_run_problem(&pb, tag, paths[pi].flags);
+        g_huge_M = 0.0;
+        xt_problem_free(&pb);
+      }
+    }
+  }
   assert_int_equal(errors, 0);
 }
 
@@ -1901,6 +1953,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_layouts),
       cmocka_unit_test(test_cuda_ignored_rows),
       cmocka_unit_test(test_cuda_special_values),
+      cmocka_unit_test(test_cuda_huge_logits),
       cmocka_unit_test(test_cuda_bad_target_checked),
       cmocka_unit_test(test_cuda_bad_target_unchecked),
       cmocka_unit_test(test_cuda_backward),

@@ -19,21 +19,23 @@
  * meeting in a thread-block cluster instead of a merge kernel was 6 %
  * slower at bf16 8192 x 32000: bench/NOTES.md v22, v23.)
  *
- * The workspace's three row arrays (loss, z, accuracy terms;
- * common/workspace.h) hold segment 0's log-sum-exp, segment 1's and the
- * target's logit, in that order. The merge writes a row's outputs, which may
- * go to the same arrays, only after it has read that row's values, in the
- * same thread.
+ * The workspace's row arrays (common/workspace.h) hold segment 0's max and
+ * sum, segment 1's and the target's logit, in that order. (max, sum) pairs,
+ * not log-sum-exps: m + log s rounds log s away once |m| is large. The merge
+ * writes a row's outputs, which may go to the same arrays, only after it has
+ * read that row's values, in the same thread.
  */
 #ifndef XENT_CUDA_KERNELS_SEGMENT_CUH
 #define XENT_CUDA_KERNELS_SEGMENT_CUH
 
+#include "common/workspace.h"
 #include "cuda/plan.h"
 #include "cuda/row.cuh"
 
 namespace xent {
 
-static_assert(XENT_SEGMENT_MAX + 1 <= 3, "two segments and the target's logit: three row arrays");
+static_assert(2 * XENT_SEGMENT_MAX + 1 <= XENT_WS_ROW_ARRAYS,
+              "two segments' (max, sum) and the target's logit: five row arrays");
 
 /* One segment of one row a block: blockIdx.x = row * seg_count + segment.
  * At most 48 registers (5 blocks of 256 threads a SM; 54 unbounded), none
@@ -84,9 +86,11 @@ __global__ void __launch_bounds__(XENT_SEGMENT_MAX_THREADS, 5) fwd_segment(const
     finish_row(p, r, xy, row, (int)y64, true);
     return;
   }
-  /* -inf for a segment of -inf alone, NaN for one holding a NaN */
-  p.seg_lse[seg * p.seg_pitch + row] = m + logf(s);
-  if (seg == 0) p.seg_lse[XENT_SEGMENT_MAX * p.seg_pitch + row] = xy;
+  /* the segment's (max, sum): max -inf for a segment of -inf alone, sum NaN
+   * for one holding a NaN */
+  p.seg_stats[2 * seg * p.seg_pitch + row] = m;
+  p.seg_stats[(2 * seg + 1) * p.seg_pitch + row] = s;
+  if (seg == 0) p.seg_stats[2 * XENT_SEGMENT_MAX * p.seg_pitch + row] = xy;
 }
 
 }  // namespace xent

@@ -14,32 +14,31 @@ namespace xent {
 
 /* A thread per row of two segments: the segments merged, then the row's
  * outputs; the finalize kernel follows for mean and sum. Every load is
- * issued at once: the target, both segments and the target's logit (so
- * one kernel serves every dtype). */
+ * issued at once: the target, both segments' (max, sum) and the target's
+ * logit (so one kernel serves every dtype). */
 __global__ void __launch_bounds__(256) fwd_segment_merge(const fwd_params p) {
   if (kernel_enter(p.verdict, true)) return; /* the finalize kernel launches now */
   const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= p.rows) return;
   /* read before any output of the row is written: they may share arrays */
-  float lse[XENT_SEGMENT_MAX];
+  float sm[XENT_SEGMENT_MAX], ss[XENT_SEGMENT_MAX];
 #pragma unroll
-  for (int k = 0; k < XENT_SEGMENT_MAX; k++) lse[k] = p.seg_lse[k * p.seg_pitch + row];
-  const float xy = p.seg_lse[XENT_SEGMENT_MAX * p.seg_pitch + row];
+  for (int k = 0; k < XENT_SEGMENT_MAX; k++) {
+    sm[k] = p.seg_stats[2 * k * p.seg_pitch + row];
+    ss[k] = p.seg_stats[(2 * k + 1) * p.seg_pitch + row];
+  }
+  const float xy = p.seg_stats[2 * XENT_SEGMENT_MAX * p.seg_pitch + row];
   const int64_t y64 = load_target(p.targets, p.target64, row);
   const bool bad = target_bad(p, y64);
   if (bad || y64 == p.ignore_index) {
     skipped_row_outputs(p, row, bad);
     return;
   }
+  /* -inf adds nothing; a NaN is carried by the sum, where
+   * xent_merge_max_sum keeps it */
   part r = part_empty();
 #pragma unroll
-  for (int k = 0; k < XENT_SEGMENT_MAX; k++) {
-    /* a segment as a (max, sum) pair: (lse, 1); -inf adds nothing; a NaN
-     * is carried by the sum, where xent_merge_max_sum keeps it */
-    const float l = lse[k];
-    if (l != l) xent_merge_max_sum(&r.m, &r.s, -INFINITY, l);
-    else if (l != -INFINITY) xent_merge_max_sum(&r.m, &r.s, l, 1.0f);
-  }
+  for (int k = 0; k < XENT_SEGMENT_MAX; k++) xent_merge_max_sum(&r.m, &r.s, sm[k], ss[k]);
   finish_row(p, r, xy, row, (int)y64, true);
 }
 
