@@ -1,6 +1,7 @@
 # xent - the two commands:
 #   make bench   the benchmark (GPU when there is one, else CPU)
-#   make test    the whole test suite (C tests through CTest, then Python)
+#   make test    the whole test suite (C tests through CTest, the C suite again
+#                under ASan and UBSan with gcc and clang, then Python)
 # Both install what they need first (scripts/deps.sh) and skip what is there.
 
 BUILD ?= build
@@ -10,7 +11,7 @@ PYTHON ?= python3
 # one at a time, for a GPU with little memory).
 CTEST_JOBS ?= 8
 
-.PHONY: all deps build test test-c test-python bench bench-quick clean
+.PHONY: all deps build test test-c test-sanitize test-python bench bench-quick clean
 
 all: build
 
@@ -25,10 +26,14 @@ build: deps $(BUILD)/CMakeCache.txt
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
+	@scripts/sanitize.sh
 	@scripts/pytest.sh
 
 test-c: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
+
+test-sanitize: deps
+	@scripts/sanitize.sh
 
 test-python: build
 	@scripts/pytest.sh
@@ -40,4 +45,4 @@ bench-quick: build
 	@$(BUILD)/bench/xent-bench --quick
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-sanitize-*

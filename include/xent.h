@@ -40,7 +40,14 @@
  *   Reductions: NONE keeps per-row values. SUM adds them. MEAN divides the
  *   loss terms by N, the number of non-ignored rows, or with class weights by
  *   W = sum over non-ignored rows of w[y_r]; the z-loss term is divided by N.
- *   A mean over zero rows is NaN and a sum over zero rows is 0, as in PyTorch.
+ *   A sum over zero rows is 0; a mean over zero rows is NaN, as in PyTorch,
+ *   or 0 with xent_options.empty_mean = XENT_EMPTY_MEAN_ZERO.
+ *
+ *   Non-finite logits: a row holding a NaN or +inf has a NaN loss, lse and
+ *   gradient row; a row of nothing but -inf has lse -inf and a NaN loss and
+ *   gradient row. Every finite row gives finite results accurate to fp32,
+ *   however large its values (the loss is taken as m - x'_y + log s with m
+ *   the row's maximum, never as the difference of two large numbers).
  *
  *   The gradient written over the logits is d(reduced loss)/dx, that is the
  *   gradient for an upstream gradient of 1. xent_backward() multiplies it by
@@ -102,8 +109,10 @@ typedef enum xent_status {
   XENT_ERROR_BAD_LABEL_SMOOTHING = 5,/* label_smoothing outside [0, 1] or NaN         */
   XENT_ERROR_BAD_SOFTCAP = 6,        /* softcap enabled with a value <= 0 or not finite */
   XENT_ERROR_BAD_WEIGHT = 7,         /* a class weight that is NaN or infinite         */
-  XENT_ERROR_BAD_ENUM = 8,           /* unknown dtype, target type, reduction, backend or check mode */
-  XENT_ERROR_BAD_ARGUMENT = 9,       /* anything else: alignment, lse_square_scale, grad_output count,
+  XENT_ERROR_BAD_ENUM = 8,           /* unknown dtype, target type, reduction, backend, check mode
+                                        or empty-mean rule */
+  XENT_ERROR_BAD_ARGUMENT = 9,       /* anything else: alignment, lse_square_scale, use_softcap
+                                        not 0 or 1, grad_output count, num_threads < 0,
                                         workspace too small, pointer on the wrong side */
   XENT_ERROR_UNSUPPORTED = 10,       /* backend not built, no such device, or not possible here */
   XENT_ERROR_CUDA = 11,              /* the CUDA runtime reported an error             */
@@ -179,17 +188,30 @@ typedef enum xent_target_check {
   XENT_TARGETS_UNCHECKED = 1
 } xent_target_check;
 
+/* What reduction MEAN gives when no row counts (every target ignore_index,
+ * or no rows): the loss, the z-loss and the token accuracy are all NaN
+ * (PyTorch's F.cross_entropy) or all 0 (the peer library's rule, which a
+ * fully masked micro-batch in fine-tuning wants: a NaN there poisons the
+ * run). The gradient is zero either way. */
+typedef enum xent_empty_mean {
+  XENT_EMPTY_MEAN_NAN = 0,   /* default */
+  XENT_EMPTY_MEAN_ZERO = 1
+} xent_empty_mean;
+
 typedef struct xent_options {
   xent_reduction reduction;  /* XENT_REDUCTION_MEAN                                         */
   int64_t ignore_index;      /* -100; any value (a real class index is fine)                */
   float label_smoothing;     /* 0.0, in [0, 1]                                              */
   float lse_square_scale;    /* 0.0, z-loss weight s >= 0, finite                           */
-  int use_softcap;           /* 0: off (default); 1: x' = softcap * tanh(x / softcap)       */
+  int use_softcap;           /* 0: off (default); 1: x' = softcap * tanh(x / softcap); no
+                                other value                                                */
   float softcap;             /* > 0 and finite when use_softcap is 1                        */
   xent_target_check target_check; /* XENT_TARGETS_CHECKED                                   */
+  xent_empty_mean empty_mean; /* XENT_EMPTY_MEAN_NAN                                        */
 } xent_options;
 
-#define XENT_OPTIONS_INIT {XENT_REDUCTION_MEAN, -100, 0.0f, 0.0f, 0, 0.0f, XENT_TARGETS_CHECKED}
+#define XENT_OPTIONS_INIT \
+  {XENT_REDUCTION_MEAN, -100, 0.0f, 0.0f, 0, 0.0f, XENT_TARGETS_CHECKED, XENT_EMPTY_MEAN_NAN}
 
 /* The defaults above, as a value. */
 XENT_API xent_options xent_options_default(void);
@@ -206,7 +228,8 @@ typedef struct xent_output {
                                 arg-max equals the target (NaN when there are none);
                                 none: rows values of 1 or 0                                   */
   int64_t *predicted;        /* optional: rows values, the first arg-max of x' (-1 if ignored) */
-  float *lse;                /* optional: rows values of log-sum-exp of x' (0 if ignored)      */
+  float *lse;                /* optional: rows values of log-sum-exp of x' (0 if ignored; see
+                                "Non-finite logits" above)                                   */
 } xent_output;
 
 /* ------------------------------------------------------------------------ */
@@ -225,7 +248,7 @@ typedef struct xent_exec {
   void *stream;              /* cudaStream_t to run on; NULL is the legacy default stream    */
   void *workspace;           /* optional CUDA scratch, device memory, 256-byte aligned        */
   size_t workspace_bytes;    /* its size, at least xent_workspace_size(rows)                 */
-  int num_threads;           /* CPU threads; 0 uses every available core                     */
+  int num_threads;           /* CPU threads, >= 0 whatever the backend; 0 uses every core    */
 } xent_exec;
 
 #define XENT_EXEC_INIT {XENT_BACKEND_AUTO, 0, NULL, NULL, 0, 0}
@@ -233,7 +256,9 @@ typedef struct xent_exec {
 XENT_API xent_exec xent_exec_default(void);
 
 /* Bytes of CUDA scratch a call with this many rows uses (0 for rows == 0 is
- * never returned: there is always a small header). */
+ * never returned: there is always a small header). An empty batch (rows 0)
+ * works wherever its pointers live: under XENT_BACKEND_AUTO the first of
+ * the logits and the outputs that is not NULL decides the backend. */
 XENT_API size_t xent_workspace_size(int64_t rows);
 
 /* ------------------------------------------------------------------------ */

@@ -26,6 +26,8 @@ command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || missing+=(gcc
 command -v make >/dev/null 2>&1 || missing+=(make)
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+# clang: the C suite also runs under its sanitizers (scripts/sanitize.sh)
+command -v clang >/dev/null 2>&1 || missing+=(clang)
 have_cmocka || missing+=(libcmocka-dev)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 # A virtual environment is only made when numpy or pytest is missing.

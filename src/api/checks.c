@@ -46,6 +46,12 @@ xent_status xent_check_options(const xent_options *opt) {
   if (!(opt->label_smoothing >= 0.0f && opt->label_smoothing <= 1.0f))
     return xent_fail(XENT_ERROR_BAD_LABEL_SMOOTHING, "label_smoothing is %g; it must be in [0, 1]",
                      (double)opt->label_smoothing);
+  if (opt->empty_mean != XENT_EMPTY_MEAN_NAN && opt->empty_mean != XENT_EMPTY_MEAN_ZERO)
+    return xent_fail(XENT_ERROR_BAD_ENUM, "empty_mean %d is not a xent_empty_mean",
+                     (int)opt->empty_mean);
+  if (opt->use_softcap != 0 && opt->use_softcap != 1)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "use_softcap is %d; it must be 0 or 1",
+                     opt->use_softcap);
   if (opt->use_softcap && !(opt->softcap > 0.0f && isfinite(opt->softcap)))
     return xent_fail(XENT_ERROR_BAD_SOFTCAP, "softcap is %g; it must be finite and > 0",
                      (double)opt->softcap);
@@ -66,6 +72,9 @@ void xent_sides_add(xent_sides *s, const char *name, const void *p) {
 
 xent_status xent_resolve(xent_exec *ex, xent_sides *s) {
   const int cuda = xent_cuda_built();
+  if (ex->num_threads < 0) /* whatever the backend: AUTO may resolve to the CPU */
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "num_threads is %d; it must be >= 0",
+                     ex->num_threads);
   if (cuda)
     for (int i = 0; i < s->n; i++) s->dev[i] = xent_cuda_pointer_device(s->ptr[i]);
   switch (ex->backend) {
@@ -77,11 +86,7 @@ xent_status xent_resolve(xent_exec *ex, xent_sides *s) {
         ex->backend = XENT_BACKEND_CPU;
       }
       break;
-    case XENT_BACKEND_CPU:
-      if (ex->num_threads < 0)
-        return xent_fail(XENT_ERROR_BAD_ARGUMENT, "num_threads is %d; it must be >= 0",
-                         ex->num_threads);
-      break;
+    case XENT_BACKEND_CPU: break;
     case XENT_BACKEND_CUDA:
       if (!cuda)
         return xent_fail(XENT_ERROR_UNSUPPORTED,

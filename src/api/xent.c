@@ -135,7 +135,7 @@ static xent_status forward_common(const xent_input *in, const xent_options *opt,
   }
 
   xent_sides sides = {0};
-  xent_sides_add(&sides, "logits", in->rows > 0 ? in->logits : NULL);
+  xent_sides_add(&sides, "logits", in->logits);
   xent_sides_add(&sides, "targets", in->targets);
   xent_sides_add(&sides, "weights", in->weights);
   xent_sides_add(&sides, "out->loss", out->loss);
@@ -188,7 +188,7 @@ static xent_status backward_common(xent_scale_call *c, const xent_exec *exec) {
       return xent_fail(XENT_ERROR_BAD_ARGUMENT, "grad_output is not 4-byte aligned");
   }
   xent_sides sides = {0};
-  xent_sides_add(&sides, "grad", c->rows > 0 ? c->grad : NULL);
+  xent_sides_add(&sides, "grad", c->grad);
   xent_sides_add(&sides, "grad_output", c->grad_output);
   if ((st = xent_resolve(&c->ex, &sides))) return st;
   if (c->rows == 0) return XENT_OK;
@@ -218,7 +218,7 @@ xent_status xent_backward_scale(void *grad, xent_dtype dtype, int64_t rows, int6
     xent_status st = xent_check_matrix("grad", grad, dtype, rows, vocab, &stride);
     if (st) return st;
     xent_sides sides = {0};
-    xent_sides_add(&sides, "grad", rows > 0 ? grad : NULL);
+    xent_sides_add(&sides, "grad", grad);
     return xent_resolve(&ex, &sides);
   }
   return backward_common(&c, exec);

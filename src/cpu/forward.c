@@ -419,7 +419,8 @@ XENT_AI void row_forward(const fwd_ctx *f, void *x, int64_t y, float *E, float *
   st.mean_x = p.sum_x;
   st.mean_wx = mean_wx;
   st.wy = w ? w[y] : 1.0f;
-  const float lse = xent_row_lse(&st);
+  /* a row of nothing but -inf: lse -inf (its loss and gradient stay NaN) */
+  const float lse = !p.nan && m == -INFINITY ? -INFINITY : xent_row_lse(&st);
   o->loss = xent_row_loss(&f->k, &st);
   o->z = xent_row_z(&f->k, lse);
   o->lse = lse;
@@ -580,8 +581,10 @@ xent_status xent_cpu_forward(const xent_call *c) {
 #else
     const int tid = 0;
 #endif
-    float *E = need_e ? scratch + per_thread * (size_t)tid : NULL;
-    float *F = need_f ? scratch + per_thread * (size_t)tid + vpad * (size_t)need_e : NULL;
+    /* scratch is NULL for rows == 0: no arithmetic on it then */
+    float *E = need_e && scratch ? scratch + per_thread * (size_t)tid : NULL;
+    float *F = need_f && scratch ? scratch + per_thread * (size_t)tid + vpad * (size_t)need_e
+                                 : NULL;
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
@@ -598,6 +601,10 @@ xent_status xent_cpu_forward(const xent_call *c) {
       if (out->token_accuracy) out->token_accuracy[r] = (float)res[r].correct;
     }
   } else {
+    /* a mean over no rows: NaN, or 0 by the caller's rule (the accuracy of a
+     * sum over no rows stays NaN) */
+    const int mean = c->opt.reduction == XENT_REDUCTION_MEAN;
+    const double empty = mean && c->opt.empty_mean == XENT_EMPTY_MEAN_ZERO ? 0.0 : (double)NAN;
     double ls = 0.0, zs = 0.0;
     int64_t correct = 0;
     for (int64_t r = 0; r < rows; r++) {
@@ -606,10 +613,10 @@ xent_status xent_cpu_forward(const xent_call *c) {
       correct += res[r].correct;
     }
     double loss, z;
-    if (c->opt.reduction == XENT_REDUCTION_MEAN) {
+    if (mean) {
       double d = w ? w_valid : (double)n_valid;
-      loss = n_valid ? ls / d + zs / (double)n_valid : (double)NAN;
-      z = n_valid ? zs / (double)n_valid : (double)NAN;
+      loss = n_valid ? ls / d + zs / (double)n_valid : empty;
+      z = n_valid ? zs / (double)n_valid : empty;
     } else {
       loss = ls + zs;
       z = zs;
@@ -617,7 +624,8 @@ xent_status xent_cpu_forward(const xent_call *c) {
     out->loss[0] = (float)loss;
     if (out->z_loss) out->z_loss[0] = (float)z;
     if (out->token_accuracy)
-      out->token_accuracy[0] = n_valid ? (float)((double)correct / (double)n_valid) : NAN;
+      out->token_accuracy[0] =
+          n_valid ? (float)((double)correct / (double)n_valid) : (float)empty;
   }
   if (out->predicted)
     for (int64_t r = 0; r < rows; r++) out->predicted[r] = res[r].pred;

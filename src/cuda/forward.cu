@@ -162,9 +162,10 @@ const float kNaN = __builtin_nanf("");
 
 xent_status forward_rows0(const xent_call *c, cudaStream_t stream) {
   if (c->opt.reduction == XENT_REDUCTION_NONE) return XENT_OK;
-  float lv = c->opt.reduction == XENT_REDUCTION_MEAN ? kNaN : 0.0f;
+  const float empty = c->opt.empty_mean == XENT_EMPTY_MEAN_ZERO ? 0.0f : kNaN;
+  const float lv = c->opt.reduction == XENT_REDUCTION_MEAN ? empty : 0.0f;
   fill_kernel<<<1, 1, 0, stream>>>(c->out.loss, c->out.z_loss, c->out.token_accuracy, lv, lv,
-                                   kNaN);
+                                   empty);
   CK(cudaGetLastError());
   return XENT_OK;
 }
@@ -344,6 +345,7 @@ xent_status forward_impl(const xent_call *c, const dev_props &dp) {
       f.row_acc = p.row_acc;
       f.rows = in->rows;
       f.mean = mean;
+      f.empty_zero = opt->empty_mean == XENT_EMPTY_MEAN_ZERO;
       f.weighted = weighted;
       f.loss = out->loss;
       f.z_loss = out->z_loss;

@@ -97,6 +97,7 @@ struct finalize_params {
   const float *row_loss, *row_z, *row_acc;
   int64_t rows;
   int mean;
+  int empty_zero;              /* a mean over no rows is 0, not NaN            */
   int weighted;
   float *loss, *z_loss, *acc;  /* outputs (1 value each, optional but loss)    */
 };

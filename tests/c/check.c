@@ -137,14 +137,15 @@ const char *xt_feature_combo(xt_case *c, int combo) {
 void xt_case_desc(const xt_case *c, char *buf, size_t n) {
   snprintf(buf, n,
            "%s %s %s BT=%" PRId64 " V=%" PRId64 " stride=%" PRId64
-           " off=%d %s%s ls=%g z=%g%s%s cap=%g ign=%" PRId64 "/%.2f base=%g%s%s%s%s%s thr=%d",
+           " off=%d %s%s ls=%g z=%g%s%s cap=%g ign=%" PRId64 "/%.2f base=%g%s%s%s%s%s%s thr=%d",
            xt_dtype_name(c->dtype), xt_reduction_name(c->reduction),
            c->ttype == XENT_INT32 ? "i32" : "i64", c->rows, c->vocab, c->stride, c->offset,
            c->grad ? "grad" : "fwd", c->weighted ? " weighted" : "", c->alpha, c->s,
            c->use_softcap ? " softcap" : "", c->use_softcap ? "" : "(off)", c->cap,
            c->ignore_index, c->ignore_frac, c->base, c->ties ? " ties" : "", c->peaked ? " peaked" : "",
            c->nan_ignored ? " nan-ignored" : "", c->bad_targets ? " bad-targets" : "",
-           c->check == XENT_TARGETS_UNCHECKED ? " unchecked" : "", c->num_threads);
+           c->check == XENT_TARGETS_UNCHECKED ? " unchecked" : "",
+           c->empty_zero ? " empty-mean-0" : "", c->num_threads);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -267,6 +268,7 @@ int xt_problem_make(xt_problem *pb, const xt_case *c, xt_rng *rng) {
   pb->params.use_softcap = c->use_softcap;
   pb->params.cap = (double)(float)c->cap;
   pb->params.weights = pb->wd;
+  pb->params.empty_zero = c->empty_zero && c->reduction == XENT_REDUCTION_MEAN;
   if (xt_reference(&pb->params, pb->x, pb->t64, R, c->grad, &pb->ref) != 0) {
     xt_problem_free(pb);
     return -1;
@@ -415,6 +417,7 @@ xent_options xt_case_options(const xt_case *c) {
   o.use_softcap = c->use_softcap;
   o.softcap = (float)c->cap;
   o.target_check = c->check;
+  o.empty_mean = c->empty_zero ? XENT_EMPTY_MEAN_ZERO : XENT_EMPTY_MEAN_NAN;
   return o;
 }
 
@@ -720,7 +723,9 @@ long xt_check(const xt_problem *pb, const xt_outbuf *ob, const void *alloc_after
       if (xt_is_poison_f32(a)) {
         bad(&rp, "token_accuracy was not written");
       } else if (ref->n_valid == 0) {
-        if (!isnan(a)) bad(&rp, "token_accuracy = %.9g with no counted rows, want NaN", (double)a);
+        if (c->empty_zero && c->reduction == XENT_REDUCTION_MEAN ? a != 0.0f : !isnan(a))
+          bad(&rp, "token_accuracy = %.9g with no counted rows, want %s", (double)a,
+              c->empty_zero ? "0" : "NaN");
       } else if (ref->all_finite) {
         double lo = (double)ref->hits / (double)ref->n_valid;
         double hi = (double)(ref->hits + ref->ambiguous) / (double)ref->n_valid;

@@ -44,6 +44,7 @@ typedef struct xt_case {
   int bad_targets;           /* unchecked mode: this many rows get targets outside
                                 [0, V) (the first at row 0 when rows > 0)          */
   xent_target_check check;
+  int empty_zero;            /* empty_mean XENT_EMPTY_MEAN_ZERO: a mean over no rows is 0 */
   int num_threads;
 } xt_case;
 

@@ -421,7 +421,7 @@ int xt_reference(const xt_params *p, const double *x, const int64_t *targets, in
   }
   if (p->reduction == XENT_REDUCTION_MEAN) {
     if (res->n_valid == 0) {
-      res->loss = res->z = NAN;
+      res->loss = res->z = p->empty_zero ? 0.0 : NAN;
       res->loss_mag = 0.0;
     } else {
       res->loss = sum_loss * res->scale_loss + sum_z * res->scale_z;
@@ -433,7 +433,9 @@ int xt_reference(const xt_params *p, const double *x, const int64_t *targets, in
     res->z = sum_z;
     res->loss_mag = sum_mag + fabs(sum_z);
   }
-  res->acc = res->n_valid > 0 ? (double)res->hits / (double)res->n_valid : NAN;
+  res->acc = res->n_valid > 0 ? (double)res->hits / (double)res->n_valid
+             : p->empty_zero    ? 0.0
+                                : NAN;
   return 0;
 }
 

@@ -100,6 +100,7 @@ typedef struct xt_params {
   int use_softcap;
   double cap;
   const double *weights;     /* vocab values or NULL                     */
+  int empty_zero;            /* a mean over no rows is 0, not NaN        */
 } xt_params;
 
 /* What one row gives. All values before the reduction unless noted. */

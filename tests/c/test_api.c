@@ -233,6 +233,8 @@ static void test_defaults(void **state) {
   assert_int_equal(a.use_softcap, b.use_softcap);
   assert_true(a.softcap == b.softcap);
   assert_int_equal(a.target_check, b.target_check);
+  assert_int_equal(a.empty_mean, b.empty_mean);
+  assert_int_equal(a.empty_mean, XENT_EMPTY_MEAN_NAN);
   assert_int_equal(a.reduction, XENT_REDUCTION_MEAN);
   assert_int_equal(a.ignore_index, -100);
   assert_true(a.label_smoothing == 0.0f);
@@ -735,6 +737,90 @@ static void test_bad_softcap(void **state) {
   c.opt.use_softcap = 1;
   c.opt.softcap = 1e-3f;
   expect_ok("softcap 1e-3", &c);
+  /* use_softcap is 0 or 1, nothing else. */
+  const int flags[] = {2, -1, 100};
+  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+    base_call(&c);
+    c.opt.use_softcap = flags[i];
+    c.opt.softcap = 10.0f;
+    char label[64];
+    snprintf(label, sizeof label, "use_softcap %d", flags[i]);
+    expect_fail(label, &c, XENT_ERROR_BAD_ARGUMENT, "use_softcap");
+  }
+  END();
+}
+
+/* empty_mean: the two rules, nothing else; each on a mean over no rows
+ * (every target ignored, and no rows at all) with a zero gradient, while a
+ * sum stays 0 and a mean over rows is the same under both. */
+static void test_empty_mean(void **state) {
+  (void)state;
+  BEGIN();
+  call c;
+  const int bad[] = {2, -1};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    base_call(&c);
+    c.opt.empty_mean = (xent_empty_mean)bad[i];
+    expect_fail("empty_mean out of range", &c, XENT_ERROR_BAD_ENUM, "empty_mean");
+  }
+  int64_t ignored[ROWS];
+  for (int rule = 0; rule < 2; rule++)
+    for (int rows0 = 0; rows0 < 2; rows0++) {
+      base_call(&c);
+      c.opt.reduction = XENT_REDUCTION_MEAN;
+      c.opt.empty_mean = rule ? XENT_EMPTY_MEAN_ZERO : XENT_EMPTY_MEAN_NAN;
+      c.opt.lse_square_scale = 1e-3f;
+      for (int r = 0; r < ROWS; r++) ignored[r] = c.opt.ignore_index;
+      c.in.targets = ignored;
+      c.in.target_type = XENT_INT64;
+      c.out.token_accuracy = fx.acc;
+      c.out.z_loss = fx.z;
+      if (rows0) c.in.rows = 0;
+      reset_buffers();
+      xent_status st = run_call(&c, 1);
+      const char *what = rows0 ? "no rows" : "every row ignored";
+      if (st != XENT_OK) {
+        report("empty mean, %s: status %d (%s)", what, (int)st, xent_last_error());
+        continue;
+      }
+      const float got[3] = {fx.loss[0], fx.z[0], fx.acc[0]};
+      const char *names[3] = {"loss", "z_loss", "token_accuracy"};
+      for (int k = 0; k < 3; k++)
+        if (rule ? got[k] != 0.0f : !isnan(got[k]) || xt_is_poison_f32(got[k]))
+          report("empty mean rule %d, %s: %s %g, want %s", rule, what, names[k], (double)got[k],
+                 rule ? "0" : "NaN");
+      for (int i = 0; !rows0 && i < ROWS * VOCAB; i++)
+        if (fx.logits[i] != 0.0f) {
+          report("empty mean rule %d: gradient[%d] = %g, want 0", rule, i, (double)fx.logits[i]);
+          break;
+        }
+    }
+  reset_buffers();
+  END();
+}
+
+/* What lse is for non-finite rows (xent.h, "Non-finite logits"): NaN for a
+ * row holding a NaN or +inf, -inf for a row of nothing but -inf; the loss of
+ * each is NaN. */
+static void test_nonfinite_lse(void **state) {
+  (void)state;
+  BEGIN();
+  float x[3][4] = {{1.0f, NAN, 0.0f, 2.0f},
+                   {1.0f, INFINITY, 0.0f, 2.0f},
+                   {-INFINITY, -INFINITY, -INFINITY, -INFINITY}};
+  int64_t t[3] = {0, 0, 0};
+  float loss[3], lse[3];
+  xent_input in = {x, XENT_FLOAT32, 3, 4, 0, t, XENT_INT64, NULL};
+  xent_options opt = xent_options_default();
+  opt.reduction = XENT_REDUCTION_NONE;
+  xent_output out = {loss, NULL, NULL, NULL, lse};
+  xent_exec ex = xent_exec_default();
+  assert_int_equal(xent_forward(&in, &opt, &out, &ex), XENT_OK);
+  if (!isnan(lse[0]) || !isnan(lse[1]) || !(isinf(lse[2]) && lse[2] < 0))
+    report("lse of non-finite rows: %g %g %g, want nan nan -inf", (double)lse[0],
+           (double)lse[1], (double)lse[2]);
+  for (int r = 0; r < 3; r++)
+    if (!isnan(loss[r])) report("loss of non-finite row %d: %g, want NaN", r, (double)loss[r]);
   END();
 }
 
@@ -896,6 +982,10 @@ static void test_bad_exec(void **state) {
   base_call(&c);
   c.ex.num_threads = -1;
   expect_fail("num_threads -1", &c, XENT_ERROR_BAD_ARGUMENT, "num_threads");
+  base_call(&c);
+  c.ex.backend = XENT_BACKEND_AUTO; /* which resolves to the CPU here */
+  c.ex.num_threads = -1;
+  expect_fail("num_threads -1 under AUTO", &c, XENT_ERROR_BAD_ARGUMENT, "num_threads");
   xent_info info;
   assert_int_equal(xent_get_info(&info), XENT_OK);
   base_call(&c);
@@ -931,6 +1021,8 @@ static void test_rows_zero(void **state) {
   (void)state;
   BEGIN();
   xent_reduction reds[] = {XENT_REDUCTION_MEAN, XENT_REDUCTION_SUM, XENT_REDUCTION_NONE};
+  /* kind 1: bf16, 2: softcap (the calls that take per-thread scratch) */
+  for (int kind = 0; kind < 3; kind++)
   for (int nullbufs = 0; nullbufs < 2; nullbufs++)
     for (int i = 0; i < 3; i++)
       for (int grad = 0; grad < 2; grad++) {
@@ -940,6 +1032,11 @@ static void test_rows_zero(void **state) {
         c.opt.reduction = reds[i];
         c.opt.label_smoothing = 0.1f;
         c.opt.lse_square_scale = 1e-3f;
+        if (kind == 1) c.in.dtype = XENT_BFLOAT16; /* no row is read */
+        if (kind == 2) {
+          c.opt.use_softcap = 1;
+          c.opt.softcap = 20.0f;
+        }
         if (nullbufs) { /* no logits or targets at all */
           c.in.logits = NULL;
           c.in.targets = NULL;
@@ -1148,6 +1245,8 @@ int main(void) {
       cmocka_unit_test(test_misaligned_outputs),
       cmocka_unit_test(test_bad_exec),
       cmocka_unit_test(test_rows_zero),
+      cmocka_unit_test(test_empty_mean),
+      cmocka_unit_test(test_nonfinite_lse),
       cmocka_unit_test(test_backward_errors),
   };
   return cmocka_run_group_tests(tests, fixture_setup, fixture_teardown);

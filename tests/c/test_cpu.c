@@ -131,7 +131,7 @@ static void test_reference_by_hand(void **state) {
   /* V = 2, equal logits: loss log 2, gradient (-1/2, 1/2), first arg-max 0. */
   double x[2] = {0.0, 0.0};
   int64_t t[1] = {0};
-  xt_params p = {2, -100, XENT_REDUCTION_MEAN, 0.0, 0.0, 0, 0.0, NULL};
+  xt_params p = {2, -100, XENT_REDUCTION_MEAN, 0.0, 0.0, 0, 0.0, NULL, 0};
   xt_result r;
   assert_int_equal(xt_reference(&p, x, t, 1, 1, &r), 0);
   assert_true(fabs(r.loss - log(2.0)) < 1e-15);
@@ -148,7 +148,7 @@ static void test_reference_by_hand(void **state) {
   /* z-loss: s lse^2 on top, mean over N; two rows, one ignored. */
   double x2[4] = {1.0, 3.0, 5.0, 5.0};
   int64_t t2[2] = {1, -100};
-  xt_params q = {2, -100, XENT_REDUCTION_MEAN, 0.0, 0.5, 0, 0.0, NULL};
+  xt_params q = {2, -100, XENT_REDUCTION_MEAN, 0.0, 0.5, 0, 0.0, NULL, 0};
   assert_int_equal(xt_reference(&q, x2, t2, 2, 1, &r), 0);
   double lse = 3.0 + log(1.0 + exp(-2.0));
   assert_true(fabs(r.loss - ((lse - 3.0) + 0.5 * lse * lse)) < 1e-12);
@@ -160,7 +160,7 @@ static void test_reference_by_hand(void **state) {
    * gradient, counted in N but not in W, no hit. */
   double w2[2] = {2.0, 3.0};
   int64_t t3[2] = {1, 7};
-  xt_params u = {2, -100, XENT_REDUCTION_MEAN, 0.0, 0.0, 0, 0.0, w2};
+  xt_params u = {2, -100, XENT_REDUCTION_MEAN, 0.0, 0.0, 0, 0.0, w2, 0};
   assert_int_equal(xt_reference(&u, x2, t3, 2, 1, &r), 0);
   assert_int_equal(r.n_valid, 2);
   assert_true(r.w_valid == 3.0);
@@ -188,7 +188,7 @@ static void test_reference_gradient_by_differences(void **state) {
   long errors = 0;
   for (int red = 0; red < 3; red++)
     for (int feat = 0; feat < 4; feat++) {
-      xt_params p = {V, -100, REDS[red], 0.0, 0.0, 0, 0.0, NULL};
+      xt_params p = {V, -100, REDS[red], 0.0, 0.0, 0, 0.0, NULL, 0};
       if (feat >= 1) p.alpha = 0.2;
       if (feat >= 2) p.weights = w, p.s = 0.05;
       if (feat >= 3) p.use_softcap = 1, p.cap = 2.5;
@@ -454,14 +454,18 @@ static void test_ignored_rows(void **state) {
       c.ttype = r % 2 ? XENT_INT32 : XENT_INT64;
       if (r == 1) xt_everything(&c), c.ignore_frac = 0.5;
       errors += run_case(&c, &rng, "ignore_index = class 3");
-      /* Every row ignored: mean NaN, sum 0, none zeros, gradient zero. */
-      c = xt_case_default(DTYPES[d], 17, 300);
-      c.reduction = REDS[r];
-      c.ignore_frac = 1.0;
-      errors += run_case(&c, &rng, "all rows ignored");
-      xt_everything(&c);
-      c.ignore_frac = 1.0;
-      errors += run_case(&c, &rng, "all rows ignored, everything on");
+      /* Every row ignored: mean NaN (or 0 by the rule of 0), sum 0, none
+       * zeros, gradient zero. */
+      for (int zero = 0; zero < 2; zero++) {
+        c = xt_case_default(DTYPES[d], 17, 300);
+        c.reduction = REDS[r];
+        c.ignore_frac = 1.0;
+        c.empty_zero = zero;
+        errors += run_case(&c, &rng, "all rows ignored");
+        xt_everything(&c);
+        c.ignore_frac = 1.0;
+        errors += run_case(&c, &rng, "all rows ignored, everything on");
+      }
       /* Ignored rows' logits are not read: NaN there changes nothing. */
       c = xt_case_default(DTYPES[d], 40, 500);
       c.reduction = REDS[r];

@@ -796,6 +796,15 @@ static void test_cuda_ignored_rows(void **state) {
       xt_everything(&c);
       c.ignore_frac = 1.0;
       errors += cuda_run_case(&c, &rng, "cuda all rows ignored, everything", RUN_TWO_READ);
+      /* the rule of 0: with and without the count kernel */
+      c.empty_zero = 1;
+      errors += cuda_run_case(&c, &rng, "cuda all rows ignored, mean of none 0", 0);
+      c.grad = 0;
+      c.check = XENT_TARGETS_UNCHECKED;
+      errors += cuda_run_case(&c, &rng, "cuda all rows ignored, mean of none 0, unchecked", 0);
+      c.empty_zero = 0;
+      c.grad = 1;
+      c.check = XENT_TARGETS_CHECKED;
       c = xt_case_default(DTYPES[d], 40, 5000);
       c.reduction = REDS[r];
       c.ignore_frac = 0.3;
@@ -1410,28 +1419,40 @@ static void test_cuda_rows_zero(void **state) {
   CK(cudaMalloc((void **)&d_out, 4 * 2 * sizeof(float)));
   void *d_logits;
   CK(cudaMalloc(&d_logits, 256));
-  for (int r = 0; r < 3; r++)
+  /* backend CUDA; AUTO with device logits; AUTO with no logits at all (the
+   * outputs decide); every reduction; the mean's two rules */
+  for (int how = 0; how < 3; how++)
+  for (int r = 0; r < 4; r++)
     for (int grad = 0; grad < 2; grad++) {
       float host[8];
       xt_poison_f32(host, 8);
       h2d(d_out, host, sizeof host);
       sync_stream();
-      xent_input in = {d_logits, XENT_BFLOAT16, 0, 100, 0, NULL, XENT_INT64, NULL};
+      xent_input in = {how == 2 ? NULL : d_logits, XENT_BFLOAT16, 0, 100, 0, NULL, XENT_INT64,
+                       NULL};
       xent_options opt = xent_options_default();
-      opt.reduction = REDS[r];
+      opt.reduction = REDS[r % 3];
+      const int zero_rule = r == 3; /* a mean, by the rule of 0 */
+      if (zero_rule) opt.empty_mean = XENT_EMPTY_MEAN_ZERO;
       xent_output out = {d_out, d_out + 2, d_out + 4, NULL, NULL};
       xent_exec ex = cuda_exec(NULL, 0);
+      if (how) {
+        ex.backend = XENT_BACKEND_AUTO;
+        ex.device = 0;
+      }
       xent_status st = xt_forward(grad, &in, &opt, &out, &ex);
       sync_stream();
       d2h(host, d_out, sizeof host);
       sync_stream();
-      const char *rn = xt_reduction_name(REDS[r]);
+      const char *rn = xt_reduction_name(REDS[r % 3]);
       if (st != XENT_OK) {
-        fprintf(stderr, "  [rows 0 %s] status %d: %s\n", rn, (int)st, xent_last_error());
+        fprintf(stderr, "  [rows 0 %s, %s] status %d: %s\n", rn,
+                how == 0 ? "CUDA" : how == 1 ? "AUTO" : "AUTO, no logits", (int)st,
+                xent_last_error());
         errors++;
         continue;
       }
-      if (REDS[r] == XENT_REDUCTION_NONE) {
+      if (REDS[r % 3] == XENT_REDUCTION_NONE) {
         for (int i = 0; i < 8; i++)
           if (!xt_is_poison_f32(host[i])) {
             fprintf(stderr, "  [rows 0 none] wrote output %d\n", i);
@@ -1440,10 +1461,10 @@ static void test_cuda_rows_zero(void **state) {
           }
         continue;
       }
-      int mean = REDS[r] == XENT_REDUCTION_MEAN;
+      int mean = REDS[r % 3] == XENT_REDUCTION_MEAN && !zero_rule;
       int ok_loss = mean ? (isnan(host[0]) && !xt_is_poison_f32(host[0])) : host[0] == 0.0f;
       int ok_z = mean ? (isnan(host[2]) && !xt_is_poison_f32(host[2])) : host[2] == 0.0f;
-      int ok_acc = isnan(host[4]) && !xt_is_poison_f32(host[4]);
+      int ok_acc = zero_rule ? host[4] == 0.0f : isnan(host[4]) && !xt_is_poison_f32(host[4]);
       int canaries = xt_is_poison_f32(host[1]) && xt_is_poison_f32(host[3]) && xt_is_poison_f32(host[5]);
       if (!ok_loss || !ok_z || !ok_acc || !canaries) {
         fprintf(stderr, "  [rows 0 %s] loss %g z %g acc %g (canaries %s)\n", rn, (double)host[0],

@@ -61,6 +61,12 @@ __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const finali
     sz = 1.0 / n;
     sl = f.weighted ? 1.0 / (double)h->w : sz; /* weighted: always counted */
   }
+  if (f.mean && f.empty_zero && n == 0.0) { /* a mean over no rows, by the caller's rule */
+    f.loss[0] = 0.0f;
+    if (f.z_loss) f.z_loss[0] = 0.0f;
+    if (f.acc) f.acc[0] = 0.0f;
+    return;
+  }
   f.loss[0] = (float)(l * sl + z * sz);
   if (f.z_loss) f.z_loss[0] = (float)(z * sz);
   if (f.acc) f.acc[0] = (h || count) ? (float)(a / n) : __int_as_float(0x7fc00000);
