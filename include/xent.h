@@ -113,7 +113,8 @@ typedef enum xent_status {
                                         or empty-mean rule */
   XENT_ERROR_BAD_ARGUMENT = 9,       /* anything else: alignment, lse_square_scale, use_softcap
                                         not 0 or 1, grad_output count, num_threads < 0,
-                                        workspace too small, pointer on the wrong side */
+                                        deferred checks with reduction none, workspace
+                                        too small, pointer on the wrong side */
   XENT_ERROR_UNSUPPORTED = 10,       /* backend not built, no such device, or not possible here */
   XENT_ERROR_CUDA = 11,              /* the CUDA runtime reported an error             */
   XENT_ERROR_OUT_OF_MEMORY = 12      /* a host or device allocation failed             */
@@ -184,8 +185,19 @@ typedef enum xent_target_check {
    * loss (so a reduced loss is NaN), NaN z-loss, accuracy 0, a zero gradient
    * row, and counts in N; weights are not read for it. The call returns
    * XENT_OK: watch the loss. The CPU backend reads targets on the host
-   * anyway, so there it checks them in both modes. */
-  XENT_TARGETS_UNCHECKED = 1
+   * anyway, so there it checks them in every mode. */
+  XENT_TARGETS_UNCHECKED = 1,
+  /* Checked on the device as XENT_TARGETS_CHECKED (a bad target or weight
+   * leaves the logits as they were, and the reduced outputs NaN), but the
+   * call does not wait for the verdict: it returns XENT_OK once queued, and
+   * xent_check_deferred() waits later for the device's check of that call
+   * alone and returns what the checked mode would have. A training step
+   * calls it before it uses the gradient (the PyTorch binding does, in its
+   * backward), so the host never waits for the forward. A thread keeps one
+   * such verdict: its next checked or deferred call checks a pending one
+   * first and returns its error, naming it. Reductions mean and sum only;
+   * not capturable in CUDA graphs. */
+  XENT_TARGETS_DEFERRED = 2
 } xent_target_check;
 
 /* What reduction MEAN gives when no row counts (every target ignore_index,
@@ -284,6 +296,23 @@ XENT_API xent_status xent_forward_grad(const xent_input *in, const xent_options 
 XENT_API xent_status xent_backward(void *grad, xent_dtype dtype, int64_t rows, int64_t vocab,
                                    int64_t row_stride, const float *grad_output,
                                    int64_t grad_output_count, const xent_exec *exec);
+
+/* The verdict of this thread's last call in XENT_TARGETS_DEFERRED mode:
+ * waits for the device's target check of that call (not for its other
+ * kernels) and returns XENT_OK, or XENT_ERROR_BAD_TARGET / BAD_WEIGHT with
+ * the message the checked mode gives. XENT_OK when nothing is pending. */
+XENT_API xent_status xent_check_deferred(void);
+
+/* A backward through a gradient that an earlier backward already scaled
+ * (retain_graph): grad *= grad_output / applied, in place, then applied =
+ * grad_output, where `applied` (count floats, 1 or rows, on grad's side)
+ * holds the upstream gradient grad was last scaled by: 1 after
+ * xent_forward_grad. All on the device, no host sync; rows whose factor is
+ * exactly 1 are skipped. */
+XENT_API xent_status xent_backward_rescale(void *grad, xent_dtype dtype, int64_t rows,
+                                           int64_t vocab, int64_t row_stride,
+                                           const float *grad_output, float *applied,
+                                           int64_t count, const xent_exec *exec);
 
 /* The same with the scalar known on the host: returns at once when it is 1. */
 XENT_API xent_status xent_backward_scale(void *grad, xent_dtype dtype, int64_t rows,

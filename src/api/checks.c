@@ -40,9 +40,14 @@ xent_status xent_check_options(const xent_options *opt) {
       opt->reduction != XENT_REDUCTION_NONE)
     return xent_fail(XENT_ERROR_BAD_ENUM, "reduction %d is not a xent_reduction",
                      (int)opt->reduction);
-  if (opt->target_check != XENT_TARGETS_CHECKED && opt->target_check != XENT_TARGETS_UNCHECKED)
+  if (opt->target_check != XENT_TARGETS_CHECKED && opt->target_check != XENT_TARGETS_UNCHECKED &&
+      opt->target_check != XENT_TARGETS_DEFERRED)
     return xent_fail(XENT_ERROR_BAD_ENUM, "target_check %d is not a xent_target_check",
                      (int)opt->target_check);
+  if (opt->target_check == XENT_TARGETS_DEFERRED && opt->reduction == XENT_REDUCTION_NONE)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "target_check XENT_TARGETS_DEFERRED needs reduction mean or sum (its "
+                     "rejected calls write NaN there); use XENT_TARGETS_CHECKED with none");
   if (!(opt->label_smoothing >= 0.0f && opt->label_smoothing <= 1.0f))
     return xent_fail(XENT_ERROR_BAD_LABEL_SMOOTHING, "label_smoothing is %g; it must be in [0, 1]",
                      (double)opt->label_smoothing);

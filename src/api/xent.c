@@ -190,6 +190,7 @@ static xent_status backward_common(xent_scale_call *c, const xent_exec *exec) {
   xent_sides sides = {0};
   xent_sides_add(&sides, "grad", c->grad);
   xent_sides_add(&sides, "grad_output", c->grad_output);
+  xent_sides_add(&sides, "applied", c->applied);
   if ((st = xent_resolve(&c->ex, &sides))) return st;
   if (c->rows == 0) return XENT_OK;
   return c->ex.backend == XENT_BACKEND_CPU ? xent_cpu_backward(c) : xent_cuda_backward(c);
@@ -201,7 +202,26 @@ xent_status xent_backward(void *grad, xent_dtype dtype, int64_t rows, int64_t vo
   xent_clear_error();
   if (!grad_output) return xent_fail(XENT_ERROR_NULL_POINTER, "grad_output is NULL");
   xent_scale_call c = {grad, dtype, rows, vocab, row_stride, grad_output, grad_output_count,
-                       1.0f, XENT_EXEC_INIT, XENT_EXPERIMENTAL_INIT};
+                       1.0f, XENT_EXEC_INIT, XENT_EXPERIMENTAL_INIT, NULL};
+  return backward_common(&c, exec);
+}
+
+xent_status xent_check_deferred(void) {
+  xent_clear_error();
+  return xent_cuda_check_deferred();
+}
+
+xent_status xent_backward_rescale(void *grad, xent_dtype dtype, int64_t rows, int64_t vocab,
+                                  int64_t row_stride, const float *grad_output, float *applied,
+                                  int64_t count, const xent_exec *exec) {
+  xent_clear_error();
+  if (!grad_output) return xent_fail(XENT_ERROR_NULL_POINTER, "grad_output is NULL");
+  if (!applied) return xent_fail(XENT_ERROR_NULL_POINTER, "applied is NULL");
+  if (!xent_aligned(applied, 4))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "applied is not 4-byte aligned");
+  xent_scale_call c = {grad, dtype, rows, vocab, row_stride, grad_output, count, 1.0f,
+                       XENT_EXEC_INIT, XENT_EXPERIMENTAL_INIT, NULL};
+  c.applied = applied;
   return backward_common(&c, exec);
 }
 
@@ -209,7 +229,7 @@ xent_status xent_backward_scale(void *grad, xent_dtype dtype, int64_t rows, int6
                                 int64_t row_stride, float grad_output, const xent_exec *exec) {
   xent_clear_error();
   xent_scale_call c = {grad, dtype, rows, vocab, row_stride, NULL, 0, grad_output,
-                       XENT_EXEC_INIT, XENT_EXPERIMENTAL_INIT};
+                       XENT_EXEC_INIT, XENT_EXPERIMENTAL_INIT, NULL};
   if (grad_output == 1.0f) {
     /* Nothing to do, but still report bad arguments. */
     if (!exec) return xent_fail(XENT_ERROR_NULL_POINTER, "exec (xent_exec) is NULL");

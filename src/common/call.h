@@ -37,6 +37,8 @@ typedef struct xent_scale_call {
   float host_scale;                 /* used when grad_output is NULL; never 1.0     */
   xent_exec ex;
   xent_experimental exp;
+  float *applied;                   /* xent_backward_rescale: the factor applied so
+                                       far (grad_output_count values); NULL else    */
 } xent_scale_call;
 
 #ifdef __cplusplus

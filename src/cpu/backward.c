@@ -4,6 +4,7 @@
  * or one factor per row).
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "common/dtype.h"
 #include "cpu/cpu.h"
@@ -38,11 +39,16 @@ xent_status xent_cpu_backward(const xent_scale_call *c) {
   const size_t es = xent_dtype_size(c->dtype);
   const float *go = NULL;
   float scalar = c->host_scale;
+  /* rescale (c->applied): by grad_output / applied, then applied = grad_output */
+  const float *ap = c->applied;
   if (c->grad_output) {
-    if (c->grad_output_count == 1) scalar = c->grad_output[0];
+    if (c->grad_output_count == 1) scalar = ap ? c->grad_output[0] / ap[0] : c->grad_output[0];
     else go = c->grad_output;
   }
-  if (!go && scalar == 1.0f) return XENT_OK;
+  if (!go && scalar == 1.0f) {
+    if (ap) c->applied[0] = c->grad_output[0];
+    return XENT_OK;
+  }
   void (*fn)(void *, int64_t, float) = c->dtype == XENT_BFLOAT16  ? scale_row_bf16
                                        : c->dtype == XENT_FLOAT16 ? scale_row_f16
                                                                   : scale_row_f32;
@@ -52,9 +58,10 @@ xent_status xent_cpu_backward(const xent_scale_call *c) {
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
 #endif
   for (int64_t r = 0; r < rows; r++) {
-    float s = go ? go[r] : scalar;
+    float s = go ? (ap ? go[r] / ap[r] : go[r]) : scalar;
     if (s == 1.0f) continue;
     fn((char *)c->grad + (size_t)r * (size_t)S * es, V, s);
   }
+  if (ap) memcpy(c->applied, c->grad_output, (size_t)c->grad_output_count * sizeof(float));
   return XENT_OK;
 }

@@ -86,6 +86,7 @@ extern "C" xent_status xent_cuda_backward(const xent_scale_call *c) {
   s.grad_output = c->grad_output;
   s.per_row = c->grad_output && c->grad_output_count == c->rows && c->rows != 1;
   s.host_scale = c->host_scale;
+  s.applied = c->applied;
   cudaStream_t stream = (cudaStream_t)c->ex.stream;
   dev_props props;
   st = get_props(c->ex.device, &props);
@@ -95,6 +96,13 @@ extern "C" xent_status xent_cuda_backward(const xent_scale_call *c) {
       case XENT_BFLOAT16: st = launch_scale<__nv_bfloat16>(s, props, stream, c->exp); break;
       case XENT_FLOAT16: st = launch_scale<__half>(s, props, stream, c->exp); break;
     }
+  }
+  /* rescale: the factor now applied, once every block has read the old one */
+  if (!st && c->applied) {
+    const cudaError_t e =
+        cudaMemcpyAsync(c->applied, c->grad_output, (size_t)c->grad_output_count * sizeof(float),
+                        cudaMemcpyDeviceToDevice, stream);
+    if (e != cudaSuccess) st = cuda_fail(e, "cudaMemcpyAsync");
   }
   leave_device(&scope);
   return st;

@@ -11,7 +11,8 @@
  *   4. (mean, sum) finalize_kernel: the reduced outputs (it counts N itself
  *      where step 1 did not run).
  * Checked mode then waits for the event of step 1 alone, with the rest
- * already queued. In unchecked mode nothing waits for the device, so the
+ * already queued (deferred mode leaves that wait to xent_check_deferred).
+ * In unchecked mode nothing waits for the device, so the
  * sequence can be captured in a CUDA graph. On sm_90+ the kernels after
  * the first are launched programmatically (resident and waiting before the
  * kernel ahead of them ends), but for clustered forward kernels.
@@ -199,15 +200,18 @@ xent_status forward_impl(const xent_call *c, const dev_props &dp) {
   const xent_options *opt = &c->opt;
   const xent_output *out = &c->out;
   cudaStream_t stream = (cudaStream_t)c->ex.stream;
-  const bool checked = opt->target_check == XENT_TARGETS_CHECKED;
+  /* deferred: checked on the device, the verdict read later (verdict.cuh) */
+  const bool deferred = opt->target_check == XENT_TARGETS_DEFERRED;
+  const bool checked = opt->target_check == XENT_TARGETS_CHECKED || deferred;
 
   if (checked) {
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     CK(cudaStreamIsCapturing(stream, &cs));
     if (cs != cudaStreamCaptureStatusNone)
       return xent_fail(XENT_ERROR_BAD_ARGUMENT,
-                       "target_check is XENT_TARGETS_CHECKED, which waits for the device, but the "
-                       "stream is being captured: use XENT_TARGETS_UNCHECKED in CUDA graphs");
+                       "target_check is XENT_TARGETS_CHECKED or DEFERRED, which wait for the "
+                       "device, but the stream is being captured: use XENT_TARGETS_UNCHECKED in "
+                       "CUDA graphs");
   }
   if (in->rows == 0) return forward_rows0(c, stream);
 
@@ -346,6 +350,7 @@ xent_status forward_impl(const xent_call *c, const dev_props &dp) {
       f.rows = in->rows;
       f.mean = mean;
       f.empty_zero = opt->empty_mean == XENT_EMPTY_MEAN_ZERO;
+      f.nan_if_rejected = deferred;
       f.weighted = weighted;
       f.loss = out->loss;
       f.z_loss = out->z_loss;
@@ -362,7 +367,7 @@ xent_status forward_impl(const xent_call *c, const dev_props &dp) {
   } while (0);
   /* Every kernel of the call is queued behind the verdict (written by the
    * count kernel, or copied back, before them). */
-  if (checked && st == XENT_OK) st = check_verdict(c);
+  if (checked && st == XENT_OK) st = check_verdict(c, deferred);
 
   if (owned) {
     cudaError_t e = cudaFreeAsync(ws, stream);
@@ -397,3 +402,5 @@ extern "C" xent_status xent_cuda_forward(const xent_call *c) {
 }
 
 extern "C" const char *xent_cuda_last_launch(void) { return xent::g_last_launch; }
+
+extern "C" xent_status xent_cuda_check_deferred(void) { return xent::check_deferred(); }

@@ -98,6 +98,7 @@ struct finalize_params {
   int64_t rows;
   int mean;
   int empty_zero;              /* a mean over no rows is 0, not NaN            */
+  int nan_if_rejected;         /* deferred mode: a rejected call's outputs NaN */
   int weighted;
   float *loss, *z_loss, *acc;  /* outputs (1 value each, optional but loss)    */
 };
@@ -108,6 +109,7 @@ struct scale_params {
   int64_t stride_bytes;
   int vocab;
   const float *grad_output;  /* NULL: use host_scale                            */
+  const float *applied;      /* rescale: divide grad_output by it; NULL: do not */
   int per_row;
   float host_scale;
 };

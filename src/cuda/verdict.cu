@@ -18,6 +18,13 @@ struct verdict_slot {
   cudaEvent_t done = nullptr;
   int dev = -1;
   bool copy = false; /* this call fetches the verdict with a copy       */
+  /* XENT_TARGETS_DEFERRED: the call whose verdict nobody has read yet, and
+   * what its message needs */
+  bool pending = false;
+  const void *targets = nullptr;
+  const float *weights = nullptr;
+  int target64 = 0;
+  int64_t rows = 0, vocab = 0, ignore_index = 0;
   ~verdict_slot() { /* at thread exit; errors (a runtime already gone) are moot */
     if (done) (void)cudaEventDestroy(done);
     if (host) (void)cudaFreeHost(host);
@@ -27,8 +34,52 @@ thread_local verdict_slot g_verdict;
 static_assert(offsetof(ws_header, bad_weight) == offsetof(ws_header, bad_target) + 8,
               "verdict_mark copies the two verdict fields as one");
 
+/* Wait for the verdict in the slot and turn a bad target or weight into
+ * its call's error, with `prefix` before the message. */
+xent_status resolve(const verdict_slot *v, const char *prefix) {
+  CK(cudaEventSynchronize(v->done));
+  const unsigned long long bad_target = ((volatile unsigned long long *)v->host)[0];
+  const unsigned long long bad_weight = ((volatile unsigned long long *)v->host)[1];
+  if (bad_target) {
+    long long r = (long long)(v->rows - (int64_t)bad_target);
+    long long y = 0;
+    if (!v->target64) {
+      int32_t t;
+      CK(cudaMemcpy(&t, (const int32_t *)v->targets + r, 4, cudaMemcpyDeviceToHost));
+      y = t;
+    } else {
+      int64_t t;
+      CK(cudaMemcpy(&t, (const int64_t *)v->targets + r, 8, cudaMemcpyDeviceToHost));
+      y = t;
+    }
+    return xent_fail(XENT_ERROR_BAD_TARGET,
+                     "%stargets[%lld] = %lld is outside [0, %lld) and is not ignore_index %lld",
+                     prefix, r, y, (long long)v->vocab, (long long)v->ignore_index);
+  }
+  if (bad_weight) {
+    long long j = (long long)(v->vocab - (int64_t)bad_weight);
+    float w;
+    CK(cudaMemcpy(&w, v->weights + j, 4, cudaMemcpyDeviceToHost));
+    return xent_fail(XENT_ERROR_BAD_WEIGHT, "%sweights[%lld] = %g is not finite", prefix, j,
+                     (double)w);
+  }
+  return XENT_OK;
+}
+
+xent_status check_deferred() {
+  verdict_slot *v = &g_verdict;
+  if (!v->pending) return XENT_OK;
+  v->pending = false;
+  return resolve(v, "");
+}
+
 xent_status verdict_prepare(bool force_copy, unsigned long long **dev_view) {
   verdict_slot *v = &g_verdict;
+  if (v->pending) { /* the thread's last deferred call, checked before its slot is reused */
+    v->pending = false;
+    xent_status st = resolve(v, "an earlier XENT_TARGETS_DEFERRED call on this thread: ");
+    if (st) return st;
+  }
   int dev = 0;
   CK(cudaGetDevice(&dev));
   if (!v->host &&
@@ -65,34 +116,19 @@ xent_status verdict_mark(const ws_header *dh, cudaStream_t stream) {
   return XENT_OK;
 }
 
-xent_status check_verdict(const xent_call *c) {
-  CK(cudaEventSynchronize(g_verdict.done));
-  ws_header h;
-  h.bad_target = ((volatile unsigned long long *)g_verdict.host)[0];
-  h.bad_weight = ((volatile unsigned long long *)g_verdict.host)[1];
-  if (h.bad_target) {
-    long long r = (long long)(c->in.rows - (int64_t)h.bad_target);
-    long long y = 0;
-    if (c->in.target_type == XENT_INT32) {
-      int32_t v;
-      CK(cudaMemcpy(&v, (const int32_t *)c->in.targets + r, 4, cudaMemcpyDeviceToHost));
-      y = v;
-    } else {
-      int64_t v;
-      CK(cudaMemcpy(&v, (const int64_t *)c->in.targets + r, 8, cudaMemcpyDeviceToHost));
-      y = v;
-    }
-    return xent_fail(XENT_ERROR_BAD_TARGET,
-                     "targets[%lld] = %lld is outside [0, %lld) and is not ignore_index %lld", r,
-                     y, (long long)c->in.vocab, (long long)c->opt.ignore_index);
+xent_status check_verdict(const xent_call *c, bool deferred) {
+  verdict_slot *v = &g_verdict;
+  v->targets = c->in.targets;
+  v->weights = c->in.weights;
+  v->target64 = c->in.target_type == XENT_INT64;
+  v->rows = c->in.rows;
+  v->vocab = c->in.vocab;
+  v->ignore_index = c->opt.ignore_index;
+  if (deferred) {
+    v->pending = true;
+    return XENT_OK;
   }
-  if (h.bad_weight) {
-    long long j = (long long)(c->in.vocab - (int64_t)h.bad_weight);
-    float w;
-    CK(cudaMemcpy(&w, c->in.weights + j, 4, cudaMemcpyDeviceToHost));
-    return xent_fail(XENT_ERROR_BAD_WEIGHT, "weights[%lld] = %g is not finite", j, (double)w);
-  }
-  return XENT_OK;
+  return resolve(v, "");
 }
 
 }  // namespace xent

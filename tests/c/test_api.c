@@ -514,8 +514,17 @@ static void test_bad_enums(void **state) {
   c.opt.reduction = (xent_reduction)-1;
   expect_fail("bad reduction", &c, XENT_ERROR_BAD_ENUM, "reduction");
   base_call(&c);
-  c.opt.target_check = (xent_target_check)2;
+  c.opt.target_check = (xent_target_check)3;
   expect_fail("bad target_check", &c, XENT_ERROR_BAD_ENUM, "target_check");
+  /* deferred checks want a reduced loss (the base call's is none) */
+  base_call(&c);
+  c.opt.target_check = XENT_TARGETS_DEFERRED;
+  expect_fail("deferred with reduction none", &c, XENT_ERROR_BAD_ARGUMENT, "target_check");
+  base_call(&c);
+  c.opt.target_check = XENT_TARGETS_DEFERRED;
+  c.opt.reduction = XENT_REDUCTION_SUM;
+  expect_ok("deferred with reduction sum (the CPU checks at once)", &c);
+  assert_int_equal(xent_check_deferred(), XENT_OK);
   base_call(&c);
   c.ex.backend = (xent_backend)3;
   expect_fail("bad backend", &c, XENT_ERROR_BAD_ENUM, "backend");

@@ -794,6 +794,49 @@ static void test_backward(void **state) {
 /* Determinism                                                               */
 /* ------------------------------------------------------------------------ */
 
+/* xent_backward_rescale on the CPU: a second backward with another
+ * upstream gradient (scalar and per row) gives the gradient times the new
+ * one, and leaves it as the factor applied. */
+static void test_backward_rescale(void **state) {
+  (void)state;
+  xt_rng rng = xt_rng_for("test_backward_rescale");
+  long errors = 0;
+  for (int d = 0; d < 3; d++)
+    for (int per_row = 0; per_row < 2; per_row++) {
+      enum { R = 9, V = 1001 };
+      const size_t bytes = (size_t)R * V * xt_dtype_size(DTYPES[d]);
+      void *g = xt_alloc(bytes), *g0 = xt_alloc(bytes);
+      for (int64_t i = 0; i < R * V; i++) xt_store(g, DTYPES[d], i, xt_normal(&rng));
+      memcpy(g0, g, bytes);
+      const int64_t n = per_row ? R : 1;
+      float go1[R], go2[R], ap[R];
+      for (int64_t i = 0; i < n; i++) {
+        go1[i] = (float)(0.5 + xt_uniform(&rng));
+        go2[i] = i % 4 == 0 ? go1[i] : (float)(2.0 * xt_uniform(&rng) - 1.0);
+        ap[i] = 1.0f;
+      }
+      xent_exec ex = cpu_exec(0);
+      assert_int_equal(xent_backward_rescale(g, DTYPES[d], R, V, 0, go1, ap, n, &ex), XENT_OK);
+      assert_int_equal(xent_backward_rescale(g, DTYPES[d], R, V, 0, go2, ap, n, &ex), XENT_OK);
+      const xt_tol t = xt_tol_for(DTYPES[d]);
+      for (int64_t i = 0; i < n; i++)
+        if (ap[i] != go2[i]) errors++;
+      for (int64_t i = 0; i < R * V; i++) {
+        const double x = xt_load(g0, DTYPES[d], i), f = per_row ? go2[i / V] : go2[0];
+        const double got = xt_load(g, DTYPES[d], i);
+        if (!(fabs(got - x * f) <= 3.0 * t.scale_rtol * fabs(x * f) + t.grad_abs)) {
+          fprintf(stderr, "  rescale %s [%lld] = %g, want %g\n", xt_dtype_name(DTYPES[d]),
+                  (long long)i, got, x * f);
+          errors++;
+          break;
+        }
+      }
+      xt_free(g);
+      xt_free(g0);
+    }
+  assert_int_equal(errors, 0);
+}
+
 static void test_determinism(void **state) {
   (void)state;
   xt_rng rng = xt_rng_for("test_determinism");
@@ -860,6 +903,7 @@ int main(void) {
       cmocka_unit_test(test_many_rows),
       cmocka_unit_test(test_first_argmax),
       cmocka_unit_test(test_backward),
+      cmocka_unit_test(test_backward_rescale),
       cmocka_unit_test(test_determinism),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);

@@ -1134,6 +1134,135 @@ static void test_cuda_bad_target_unchecked(void **state) {
   assert_int_equal(errors, 0);
 }
 
+/* Deferred checks: valid targets give the checked mode's results and a
+ * clean verdict; a bad target leaves the logits as they were and the loss
+ * NaN, the call returns XENT_OK, and xent_check_deferred() names the first
+ * bad row; a second deferred call before the check returns the first one's
+ * error and writes nothing of its own. */
+static void test_cuda_deferred(void **state) {
+  (void)state;
+  require_gpu();
+  xt_rng rng = xt_rng_for("test_cuda_deferred");
+  long errors = 0;
+  for (int d = 0; d < 3; d++)
+    for (int r = 0; r < 2; r++) { /* mean, sum */
+      xt_case c = xt_case_default(DTYPES[d], 40, d == 1 ? 32000 : 4095);
+      c.reduction = REDS[r];
+      c.check = XENT_TARGETS_DEFERRED;
+      if (d == 2) xt_everything(&c);
+      errors += cuda_run_case(&c, &rng, "cuda deferred, valid targets", RUN_COMPARE_CPU);
+      if (xent_check_deferred() != XENT_OK) {
+        fprintf(stderr, "  deferred, valid targets: %s\n", xent_last_error());
+        errors++;
+      }
+      /* a bad target: the framework's unchecked problem, run deferred */
+      c.check = XENT_TARGETS_UNCHECKED;
+      c.bad_targets = 1;
+      xt_problem pb;
+      assert_int_equal(xt_problem_make(&pb, &c, &rng), 0);
+      pb.c.check = XENT_TARGETS_DEFERRED;
+      xt_outbuf ob;
+      assert_int_equal(xt_outbuf_make(&ob, &pb.c), 0);
+      dev_buf dv;
+      dev_make(&dv, &pb, &ob);
+      void *after = xt_alloc(pb.alloc_elems * pb.esize);
+      xent_exec ex = cuda_exec(NULL, 0);
+      for (int twice = 0; twice < 2; twice++) {
+        xent_status st = dev_call(&dv, &pb, &ex);
+        if (st != (twice ? XENT_ERROR_BAD_TARGET : XENT_OK) ||
+            (twice && !strstr(xent_last_error(), "earlier"))) {
+          fprintf(stderr, "  deferred, bad target, call %d: status %d: %s\n", twice, (int)st,
+                  xent_last_error());
+          errors++;
+        }
+      }
+      dev_get(&dv, &ob, after);
+      if (memcmp(after, pb.orig, pb.alloc_elems * pb.esize) != 0) {
+        fprintf(stderr, "  deferred, bad target: logits written\n");
+        errors++;
+      }
+      if (!isnan(ob.loss[0]) || xt_is_poison_f32(ob.loss[0])) {
+        fprintf(stderr, "  deferred, bad target: loss %g, want NaN\n", (double)ob.loss[0]);
+        errors++;
+      }
+      /* the second call resolved the first; now it is the second's own */
+      xent_status st = xent_check_deferred();
+      if (st != XENT_ERROR_BAD_TARGET || !strstr(xent_last_error(), "targets[0]")) {
+        fprintf(stderr, "  deferred, bad target: check %d: %s\n", (int)st, xent_last_error());
+        errors++;
+      }
+      assert_int_equal(xent_check_deferred(), XENT_OK); /* nothing pending now */
+      xt_free(after);
+      dev_free(&dv);
+      xt_outbuf_free(&ob);
+      xt_problem_free(&pb);
+    }
+  assert_int_equal(errors, 0);
+}
+
+/* xent_backward_rescale: a second backward with another upstream gradient
+ * (per row and scalar) gives the gradient times the new one, and leaves it
+ * as the factor applied; a factor equal to the applied one changes nothing. */
+static void test_cuda_backward_rescale(void **state) {
+  (void)state;
+  require_gpu();
+  xt_rng rng = xt_rng_for("test_cuda_backward_rescale");
+  long errors = 0;
+  for (int d = 0; d < 3; d++)
+    for (int per_row = 0; per_row < 2; per_row++) {
+      const int64_t R = 37, V = 5003;
+      const size_t es = d == 0 ? 4 : 2, bytes = (size_t)R * V * es;
+      void *h = xt_alloc(bytes), *h2 = xt_alloc(bytes), *dg;
+      for (int64_t i = 0; i < R * V; i++) xt_store(h, DTYPES[d], i, xt_normal(&rng));
+      CK(cudaMalloc(&dg, bytes));
+      h2d(dg, h, bytes);
+      const int64_t n = per_row ? R : 1;
+      float go1[37], go2[37], ap[37];
+      for (int64_t i = 0; i < n; i++) {
+        go1[i] = (float)(0.5 + xt_uniform(&rng));
+        go2[i] = i % 5 == 0 ? go1[i] : (float)(2.0 * xt_uniform(&rng) - 1.0);
+        ap[i] = 1.0f;
+      }
+      float *dgo, *dap;
+      CK(cudaMalloc((void **)&dgo, 2 * 37 * sizeof(float)));
+      dap = dgo + 37;
+      xent_exec ex = cuda_exec(NULL, 0);
+      h2d(dap, ap, (size_t)n * 4);
+      h2d(dgo, go1, (size_t)n * 4);
+      assert_int_equal(xent_backward_rescale(dg, DTYPES[d], R, V, 0, dgo, dap, n, &ex), XENT_OK);
+      h2d(dgo, go2, (size_t)n * 4);
+      assert_int_equal(xent_backward_rescale(dg, DTYPES[d], R, V, 0, dgo, dap, n, &ex), XENT_OK);
+      sync_stream();
+      d2h(h2, dg, bytes);
+      d2h(ap, dap, (size_t)n * 4);
+      sync_stream();
+      const xt_tol t = xt_tol_for(DTYPES[d]);
+      for (int64_t i = 0; i < n; i++)
+        if (ap[i] != go2[i]) {
+          fprintf(stderr, "  rescale: applied[%lld] = %g, want %g\n", (long long)i, (double)ap[i],
+                  (double)go2[i]);
+          errors++;
+        }
+      for (int64_t r = 0; r < R; r++)
+        for (int64_t j = 0; j < V; j++) {
+          const double x = xt_load(h, DTYPES[d], r * V + j), g = per_row ? go2[r] : go2[0];
+          const double got = xt_load(h2, DTYPES[d], r * V + j);
+          if (!(fabs(got - x * g) <= 3.0 * t.scale_rtol * fabs(x * g) + t.grad_abs)) {
+            fprintf(stderr, "  rescale %s: [%lld, %lld] = %g, want %g\n", xt_dtype_name(DTYPES[d]),
+                    (long long)r, (long long)j, got, x * g);
+            errors++;
+            r = R;
+            break;
+          }
+        }
+      CK(cudaFree(dg));
+      CK(cudaFree(dgo));
+      xt_free(h);
+      xt_free(h2);
+    }
+  assert_int_equal(errors, 0);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Backward                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -1786,7 +1915,7 @@ static void test_cuda_large_extent(void **state) {
   h2d(d_loss, row_loss, (size_t)(R + 1) * sizeof(float));
   h2d(d_lse, lse, (size_t)(R + 1) * sizeof(float));
 
-  xt_params p = {V, -100, XENT_REDUCTION_MEAN, (double)0.1f, (double)1e-4f, 0, 0.0, NULL};
+  xt_params p = {V, -100, XENT_REDUCTION_MEAN, (double)0.1f, (double)1e-4f, 0, 0.0, NULL, 0};
   xent_input in = {d_x, XENT_BFLOAT16, R, V, 0, d_t, XENT_INT64, NULL};
   xent_options opt = xent_options_default();
   opt.label_smoothing = 0.1f;
@@ -1977,6 +2106,8 @@ int main(void) {
       cmocka_unit_test(test_cuda_huge_logits),
       cmocka_unit_test(test_cuda_bad_target_checked),
       cmocka_unit_test(test_cuda_bad_target_unchecked),
+      cmocka_unit_test(test_cuda_deferred),
+      cmocka_unit_test(test_cuda_backward_rescale),
       cmocka_unit_test(test_cuda_backward),
       cmocka_unit_test(test_cuda_workspace_and_determinism),
       cmocka_unit_test(test_cuda_rows_zero),

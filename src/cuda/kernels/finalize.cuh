@@ -20,7 +20,15 @@ constexpr int kFinalizeThreads = 1024;
 
 __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const finalize_params f) {
   static_assert(kFinalizeThreads == 1024, "block_sums_1024");
-  if (kernel_enter(f.verdict)) return; /* checked mode, a bad target: write nothing */
+  if (kernel_enter(f.verdict)) { /* checked mode, a bad target: write nothing ... */
+    if (threadIdx.x == 0 && f.nan_if_rejected) { /* ... but deferred mode's NaN */
+      const float nan = __int_as_float(0x7fc00000);
+      f.loss[0] = nan;
+      if (f.z_loss) f.z_loss[0] = nan;
+      if (f.acc) f.acc[0] = nan;
+    }
+    return;
+  }
   __shared__ double sh[4][32];
   const ws_header *h = f.hdr;
   const bool count = !h && f.count; /* N: the rows whose loss is not -0 */

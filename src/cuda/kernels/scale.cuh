@@ -1,7 +1,8 @@
 /*
  * scale.cuh - scale_kernel, the backward: the gradient the forward left
- * over the logits times grad_output, in place, the factor read on the
- * device; rows whose factor is exactly 1 are skipped.
+ * over the logits times grad_output (or grad_output / applied, for a second
+ * backward), in place, the factor read on the device; rows whose factor is
+ * exactly 1 are skipped.
  */
 #ifndef XENT_CUDA_KERNELS_SCALE_CUH
 #define XENT_CUDA_KERNELS_SCALE_CUH
@@ -29,7 +30,10 @@ __global__ void __launch_bounds__(kScaleMaxThreads) scale_kernel(const scale_par
   const int nt = blockDim.x;
   /* A scalar factor is read once; when it is 1 there is nothing to do. */
   kernel_enter(NULL);
-  const float g0 = s.per_row ? 0.0f : (s.grad_output ? s.grad_output[0] : s.host_scale);
+  const float g0 = s.per_row        ? 0.0f
+                   : !s.grad_output ? s.host_scale
+                   : s.applied      ? s.grad_output[0] / s.applied[0]
+                                    : s.grad_output[0];
   if (!s.per_row && g0 == 1.0f) return;
   const int64_t items = s.rows * (int64_t)chunks;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
@@ -38,7 +42,9 @@ __global__ void __launch_bounds__(kScaleMaxThreads) scale_kernel(const scale_par
     /* A per-row factor is loaded alongside the row's vectors, not before
      * them: no branch on it, so its latency overlaps theirs (a factor of 1
      * rewrites the same bits). */
-    const float gfac = s.per_row ? s.grad_output[row] : g0;
+    const float gfac = !s.per_row  ? g0
+                       : s.applied ? s.grad_output[row] / s.applied[row]
+                                   : s.grad_output[row];
     char *rowp = s.g + row * s.stride_bytes;
     const row_geom g = make_geom<T>(rowp, s.vocab);
     uint4 *vp = (uint4 *)(rowp + (int64_t)g.head * ES);
