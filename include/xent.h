@@ -189,14 +189,15 @@ typedef enum xent_target_check {
   XENT_TARGETS_UNCHECKED = 1,
   /* Checked on the device as XENT_TARGETS_CHECKED (a bad target or weight
    * leaves the logits as they were, and the reduced outputs NaN), but the
-   * call does not wait for the verdict: it returns XENT_OK once queued, and
-   * xent_check_deferred() waits later for the device's check of that call
-   * alone and returns what the checked mode would have. A training step
-   * calls it before it uses the gradient (the PyTorch binding does, in its
-   * backward), so the host never waits for the forward. A thread keeps one
-   * such verdict: its next checked or deferred call checks a pending one
-   * first and returns its error, naming it. Reductions mean and sum only;
-   * not capturable in CUDA graphs. */
+   * call does not wait for the verdict: it leaves it in exec->verdict (a
+   * xent_verdict, required then) and returns XENT_OK once queued. Later,
+   * from any thread, xent_verdict_wait() waits for the device's check of
+   * that call alone and returns what the checked mode would have. A
+   * training step waits before it uses the gradient (the PyTorch binding
+   * does, in its backward), so the host never waits for the forward. A call
+   * given a verdict that is still pending checks it first and returns its
+   * error, naming it. Reductions mean and sum only; not capturable in CUDA
+   * graphs. The CPU backend checks on the host and returns at once. */
   XENT_TARGETS_DEFERRED = 2
 } xent_target_check;
 
@@ -254,6 +255,19 @@ typedef enum xent_backend {
   XENT_BACKEND_CUDA = 2
 } xent_backend;
 
+/* Where a call in XENT_TARGETS_DEFERRED mode leaves its verdict (pinned
+ * host memory and an event). Made once, reused for one call at a time. */
+typedef struct xent_verdict xent_verdict;
+
+XENT_API xent_status xent_verdict_create(xent_verdict **verdict);
+XENT_API void xent_verdict_destroy(xent_verdict *verdict);
+
+/* Waits for the device's target check of the last call that used `verdict`
+ * (not for that call's other kernels) and returns XENT_OK, or
+ * XENT_ERROR_BAD_TARGET / BAD_WEIGHT with the message the checked mode
+ * gives. XENT_OK when nothing is pending; any thread may call it. */
+XENT_API xent_status xent_verdict_wait(xent_verdict *verdict);
+
 typedef struct xent_exec {
   xent_backend backend;      /* XENT_BACKEND_AUTO                                            */
   int device;                /* CUDA device ordinal (AUTO: taken from the logits pointer)    */
@@ -261,9 +275,10 @@ typedef struct xent_exec {
   void *workspace;           /* optional CUDA scratch, device memory, 256-byte aligned        */
   size_t workspace_bytes;    /* its size, at least xent_workspace_size(rows)                 */
   int num_threads;           /* CPU threads, >= 0 whatever the backend; 0 uses every core    */
+  xent_verdict *verdict;     /* XENT_TARGETS_DEFERRED: where the verdict goes; else unused   */
 } xent_exec;
 
-#define XENT_EXEC_INIT {XENT_BACKEND_AUTO, 0, NULL, NULL, 0, 0}
+#define XENT_EXEC_INIT {XENT_BACKEND_AUTO, 0, NULL, NULL, 0, 0, NULL}
 
 XENT_API xent_exec xent_exec_default(void);
 
@@ -296,12 +311,6 @@ XENT_API xent_status xent_forward_grad(const xent_input *in, const xent_options 
 XENT_API xent_status xent_backward(void *grad, xent_dtype dtype, int64_t rows, int64_t vocab,
                                    int64_t row_stride, const float *grad_output,
                                    int64_t grad_output_count, const xent_exec *exec);
-
-/* The verdict of this thread's last call in XENT_TARGETS_DEFERRED mode:
- * waits for the device's target check of that call (not for its other
- * kernels) and returns XENT_OK, or XENT_ERROR_BAD_TARGET / BAD_WEIGHT with
- * the message the checked mode gives. XENT_OK when nothing is pending. */
-XENT_API xent_status xent_check_deferred(void);
 
 /* A backward through a gradient that an earlier backward already scaled
  * (retain_graph): grad *= grad_output / applied, in place, then applied =

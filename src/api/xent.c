@@ -134,6 +134,10 @@ static xent_status forward_common(const xent_input *in, const xent_options *opt,
                          names[i], i == 4 ? 8 : 4);
   }
 
+  if (opt->target_check == XENT_TARGETS_DEFERRED && !exec->verdict)
+    return xent_fail(XENT_ERROR_NULL_POINTER,
+                     "exec->verdict is NULL; XENT_TARGETS_DEFERRED needs a xent_verdict");
+
   xent_sides sides = {0};
   xent_sides_add(&sides, "logits", in->logits);
   xent_sides_add(&sides, "targets", in->targets);
@@ -206,9 +210,20 @@ xent_status xent_backward(void *grad, xent_dtype dtype, int64_t rows, int64_t vo
   return backward_common(&c, exec);
 }
 
-xent_status xent_check_deferred(void) {
+xent_status xent_verdict_create(xent_verdict **verdict) {
   xent_clear_error();
-  return xent_cuda_check_deferred();
+  if (!verdict) return xent_fail(XENT_ERROR_NULL_POINTER, "verdict is NULL");
+  return xent_cuda_verdict_create(verdict);
+}
+
+void xent_verdict_destroy(xent_verdict *verdict) {
+  if (verdict) xent_cuda_verdict_destroy(verdict);
+}
+
+xent_status xent_verdict_wait(xent_verdict *verdict) {
+  xent_clear_error();
+  if (!verdict) return xent_fail(XENT_ERROR_NULL_POINTER, "verdict is NULL");
+  return xent_cuda_verdict_wait(verdict);
 }
 
 xent_status xent_backward_rescale(void *grad, xent_dtype dtype, int64_t rows, int64_t vocab,

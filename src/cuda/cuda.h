@@ -19,8 +19,10 @@ xent_status xent_cuda_backward(const xent_scale_call *c);
 int xent_cuda_pointer_device(const void *p);
 void xent_cuda_fill_info(xent_info *info);
 xent_status xent_cuda_device_info(int device, xent_device_info *info);
-/* The thread's pending XENT_TARGETS_DEFERRED verdict (xent_check_deferred). */
-xent_status xent_cuda_check_deferred(void);
+/* The deferred mode's verdicts (xent_verdict_create, _destroy, _wait). */
+xent_status xent_cuda_verdict_create(xent_verdict **verdict);
+void xent_cuda_verdict_destroy(xent_verdict *verdict);
+xent_status xent_cuda_verdict_wait(xent_verdict *verdict);
 /* The launch descriptions behind xent_experimental_last_launch/_backward. */
 const char *xent_cuda_last_launch(void);
 const char *xent_cuda_last_backward(void);

@@ -11,7 +11,7 @@
  *   4. (mean, sum) finalize_kernel: the reduced outputs (it counts N itself
  *      where step 1 did not run).
  * Checked mode then waits for the event of step 1 alone, with the rest
- * already queued (deferred mode leaves that wait to xent_check_deferred).
+ * already queued (deferred mode leaves that wait to xent_verdict_wait).
  * In unchecked mode nothing waits for the device, so the
  * sequence can be captured in a CUDA graph. On sm_90+ the kernels after
  * the first are launched programmatically (resident and waiting before the
@@ -203,6 +203,7 @@ xent_status forward_impl(const xent_call *c, const dev_props &dp) {
   /* deferred: checked on the device, the verdict read later (verdict.cuh) */
   const bool deferred = opt->target_check == XENT_TARGETS_DEFERRED;
   const bool checked = opt->target_check == XENT_TARGETS_CHECKED || deferred;
+  xent_verdict *verdict = checked ? verdict_for(c) : NULL;
 
   if (checked) {
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -274,7 +275,8 @@ xent_status forward_impl(const xent_call *c, const dev_props &dp) {
       q.hdr = hdr;
       q.partials = (float *)(ws + XENT_WS_HEADER_BYTES);
       q.host_verdict = NULL;
-      if (checked && (st = verdict_prepare(c->exp.verdict_copy != 0, &q.host_verdict))) break;
+      if (checked && (st = verdict_prepare(verdict, c->exp.verdict_copy != 0, &q.host_verdict)))
+        break;
       int64_t span = in->rows > in->vocab || !weighted ? in->rows : in->vocab;
       int64_t blocks = (span + kCountThreads - 1) / kCountThreads;
       if (blocks > kCountMaxBlocks) blocks = kCountMaxBlocks;
@@ -285,7 +287,7 @@ xent_status forward_impl(const xent_call *c, const dev_props &dp) {
         st = cuda_fail(e, "count_kernel launch");
         break;
       }
-      if (checked && (st = verdict_mark(hdr, stream))) break;
+      if (checked && (st = verdict_mark(verdict, hdr, stream))) break;
     }
 
     fwd_params p;
@@ -367,7 +369,7 @@ xent_status forward_impl(const xent_call *c, const dev_props &dp) {
   } while (0);
   /* Every kernel of the call is queued behind the verdict (written by the
    * count kernel, or copied back, before them). */
-  if (checked && st == XENT_OK) st = check_verdict(c, deferred);
+  if (checked && st == XENT_OK) st = check_verdict(verdict, c, deferred);
 
   if (owned) {
     cudaError_t e = cudaFreeAsync(ws, stream);
@@ -402,5 +404,3 @@ extern "C" xent_status xent_cuda_forward(const xent_call *c) {
 }
 
 extern "C" const char *xent_cuda_last_launch(void) { return xent::g_last_launch; }
-
-extern "C" xent_status xent_cuda_check_deferred(void) { return xent::check_deferred(); }

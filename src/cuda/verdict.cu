@@ -1,42 +1,46 @@
 /*
- * verdict.cu - the checked mode's one round trip (verdict.cuh).
+ * verdict.cu - the checked mode's one round trip, and the deferred mode's
+ * verdicts read later (verdict.cuh).
  */
 #include "cuda/verdict.cuh"
 
+#include <new>
 #include <stddef.h>
 
 #include "cuda/device.cuh"
 
-namespace xent {
-
-/* A thread's verdict: pinned host memory and the event after the count
- * kernel. */
-struct verdict_slot {
-  unsigned long long *host = nullptr; /* [0] bad_target, [1] bad_weight         */
+/* A verdict: pinned host memory the count kernel writes, the event after
+ * it, and what the message of a bad call needs. The checked mode uses one
+ * per host thread; the deferred mode the caller's (xent_verdict_create). */
+struct xent_verdict {
+  unsigned long long *host = nullptr;   /* [0] bad_target, [1] bad_weight       */
   unsigned long long *mapped = nullptr; /* the same memory seen from the device,
-                                         NULL where the GPU cannot map it        */
+                                           NULL where the GPU cannot map it      */
   cudaEvent_t done = nullptr;
   int dev = -1;
-  bool copy = false; /* this call fetches the verdict with a copy       */
-  /* XENT_TARGETS_DEFERRED: the call whose verdict nobody has read yet, and
-   * what its message needs */
-  bool pending = false;
+  bool copy = false;    /* this call fetches the verdict with a copy            */
+  bool pending = false; /* a deferred call whose verdict nobody has read yet     */
   const void *targets = nullptr;
   const float *weights = nullptr;
   int target64 = 0;
   int64_t rows = 0, vocab = 0, ignore_index = 0;
-  ~verdict_slot() { /* at thread exit; errors (a runtime already gone) are moot */
+  ~xent_verdict() { /* errors (a runtime already gone at thread exit) are moot */
     if (done) (void)cudaEventDestroy(done);
     if (host) (void)cudaFreeHost(host);
   }
 };
-thread_local verdict_slot g_verdict;
+
+namespace xent {
+
+namespace {
+
+thread_local xent_verdict g_thread_verdict;
 static_assert(offsetof(ws_header, bad_weight) == offsetof(ws_header, bad_target) + 8,
               "verdict_mark copies the two verdict fields as one");
 
-/* Wait for the verdict in the slot and turn a bad target or weight into
- * its call's error, with `prefix` before the message. */
-xent_status resolve(const verdict_slot *v, const char *prefix) {
+/* Wait for the verdict and turn a bad target or weight into its call's
+ * error, with `prefix` before the message. */
+xent_status resolve(const xent_verdict *v, const char *prefix) {
   CK(cudaEventSynchronize(v->done));
   const unsigned long long bad_target = ((volatile unsigned long long *)v->host)[0];
   const unsigned long long bad_weight = ((volatile unsigned long long *)v->host)[1];
@@ -66,18 +70,16 @@ xent_status resolve(const verdict_slot *v, const char *prefix) {
   return XENT_OK;
 }
 
-xent_status check_deferred() {
-  verdict_slot *v = &g_verdict;
-  if (!v->pending) return XENT_OK;
-  v->pending = false;
-  return resolve(v, "");
+}  // namespace
+
+xent_verdict *verdict_for(const xent_call *c) {
+  return c->opt.target_check == XENT_TARGETS_DEFERRED ? c->ex.verdict : &g_thread_verdict;
 }
 
-xent_status verdict_prepare(bool force_copy, unsigned long long **dev_view) {
-  verdict_slot *v = &g_verdict;
-  if (v->pending) { /* the thread's last deferred call, checked before its slot is reused */
+xent_status verdict_prepare(xent_verdict *v, bool force_copy, unsigned long long **dev_view) {
+  if (v->pending) { /* an earlier deferred call, checked before its memory is reused */
     v->pending = false;
-    xent_status st = resolve(v, "an earlier XENT_TARGETS_DEFERRED call on this thread: ");
+    xent_status st = resolve(v, "an earlier XENT_TARGETS_DEFERRED call with this verdict: ");
     if (st) return st;
   }
   int dev = 0;
@@ -107,8 +109,7 @@ xent_status verdict_prepare(bool force_copy, unsigned long long **dev_view) {
   return XENT_OK;
 }
 
-xent_status verdict_mark(const ws_header *dh, cudaStream_t stream) {
-  verdict_slot *v = &g_verdict;
+xent_status verdict_mark(xent_verdict *v, const ws_header *dh, cudaStream_t stream) {
   if (v->copy)
     CK(cudaMemcpyAsync(v->host, &dh->bad_target, 2 * sizeof *v->host, cudaMemcpyDeviceToHost,
                        stream));
@@ -116,8 +117,7 @@ xent_status verdict_mark(const ws_header *dh, cudaStream_t stream) {
   return XENT_OK;
 }
 
-xent_status check_verdict(const xent_call *c, bool deferred) {
-  verdict_slot *v = &g_verdict;
+xent_status check_verdict(xent_verdict *v, const xent_call *c, bool deferred) {
   v->targets = c->in.targets;
   v->weights = c->in.weights;
   v->target64 = c->in.target_type == XENT_INT64;
@@ -132,3 +132,22 @@ xent_status check_verdict(const xent_call *c, bool deferred) {
 }
 
 }  // namespace xent
+
+extern "C" {
+
+xent_status xent_cuda_verdict_create(xent_verdict **out) {
+  xent_verdict *v = new (std::nothrow) xent_verdict();
+  if (!v) return xent_fail(XENT_ERROR_OUT_OF_MEMORY, "xent_verdict_create: out of host memory");
+  *out = v;
+  return XENT_OK;
+}
+
+void xent_cuda_verdict_destroy(xent_verdict *v) { delete v; }
+
+xent_status xent_cuda_verdict_wait(xent_verdict *v) {
+  if (!v->pending) return XENT_OK;
+  v->pending = false;
+  return xent::resolve(v, "");
+}
+
+}  /* extern "C" */

@@ -523,8 +523,14 @@ static void test_bad_enums(void **state) {
   base_call(&c);
   c.opt.target_check = XENT_TARGETS_DEFERRED;
   c.opt.reduction = XENT_REDUCTION_SUM;
+  expect_fail("deferred without a verdict", &c, XENT_ERROR_NULL_POINTER, "verdict");
+  xent_verdict *v = NULL;
+  assert_int_equal(xent_verdict_create(&v), XENT_OK);
+  c.ex.verdict = v;
   expect_ok("deferred with reduction sum (the CPU checks at once)", &c);
-  assert_int_equal(xent_check_deferred(), XENT_OK);
+  assert_int_equal(xent_verdict_wait(v), XENT_OK);
+  xent_verdict_destroy(v);
+  assert_int_equal(xent_verdict_wait(NULL), XENT_ERROR_NULL_POINTER);
   base_call(&c);
   c.ex.backend = (xent_backend)3;
   expect_fail("bad backend", &c, XENT_ERROR_BAD_ENUM, "backend");

@@ -66,8 +66,14 @@ static void d2h(void *dst, const void *src, size_t n) {
 
 static void sync_stream(void) { CK(cudaStreamSynchronize(g_stream)); }
 
+/* Where this program's XENT_TARGETS_DEFERRED calls leave their verdicts. */
+static xent_verdict *g_verdict;
+
+static xent_status check_deferred(void) { return xent_verdict_wait(g_verdict); }
+
 static xent_exec cuda_exec(void *ws, size_t ws_bytes) {
   xent_exec ex = xent_exec_default();
+  ex.verdict = g_verdict;
   ex.backend = XENT_BACKEND_CUDA;
   ex.device = 0;
   ex.stream = (void *)g_stream;
@@ -1136,7 +1142,7 @@ static void test_cuda_bad_target_unchecked(void **state) {
 
 /* Deferred checks: valid targets give the checked mode's results and a
  * clean verdict; a bad target leaves the logits as they were and the loss
- * NaN, the call returns XENT_OK, and xent_check_deferred() names the first
+ * NaN, the call returns XENT_OK, and xent_verdict_wait() names the first
  * bad row; a second deferred call before the check returns the first one's
  * error and writes nothing of its own. */
 static void test_cuda_deferred(void **state) {
@@ -1151,7 +1157,7 @@ static void test_cuda_deferred(void **state) {
       c.check = XENT_TARGETS_DEFERRED;
       if (d == 2) xt_everything(&c);
       errors += cuda_run_case(&c, &rng, "cuda deferred, valid targets", RUN_COMPARE_CPU);
-      if (xent_check_deferred() != XENT_OK) {
+      if (check_deferred() != XENT_OK) {
         fprintf(stderr, "  deferred, valid targets: %s\n", xent_last_error());
         errors++;
       }
@@ -1186,12 +1192,12 @@ static void test_cuda_deferred(void **state) {
         errors++;
       }
       /* the second call resolved the first; now it is the second's own */
-      xent_status st = xent_check_deferred();
+      xent_status st = check_deferred();
       if (st != XENT_ERROR_BAD_TARGET || !strstr(xent_last_error(), "targets[0]")) {
         fprintf(stderr, "  deferred, bad target: check %d: %s\n", (int)st, xent_last_error());
         errors++;
       }
-      assert_int_equal(xent_check_deferred(), XENT_OK); /* nothing pending now */
+      assert_int_equal(check_deferred(), XENT_OK); /* nothing pending now */
       xt_free(after);
       dev_free(&dv);
       xt_outbuf_free(&ob);
@@ -2046,13 +2052,14 @@ static int group_setup(void **state) {
   if (g_devices == 0) return 0;
   if (cudaSetDevice(0) != cudaSuccess) return -1;
   if (cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking) != cudaSuccess) return -1;
-  return 0;
+  return xent_verdict_create(&g_verdict) == XENT_OK ? 0 : -1;
 }
 
 static int group_teardown(void **state) {
   (void)state;
   if (g_devices == 0) return 0;
   force_two_read(0);
+  xent_verdict_destroy(g_verdict);
   return cudaStreamDestroy(g_stream) == cudaSuccess ? 0 : -1;
 }
 
