@@ -59,7 +59,8 @@ _ARGUMENT_STATUSES = frozenset(range(1, 10))
 XENT_FLOAT32, XENT_BFLOAT16, XENT_FLOAT16 = 0, 1, 2
 XENT_INT32, XENT_INT64 = 0, 1
 XENT_REDUCTION_MEAN, XENT_REDUCTION_SUM, XENT_REDUCTION_NONE = 0, 1, 2
-XENT_TARGETS_CHECKED, XENT_TARGETS_UNCHECKED = 0, 1
+XENT_TARGETS_CHECKED, XENT_TARGETS_UNCHECKED, XENT_TARGETS_DEFERRED = 0, 1, 2
+XENT_EMPTY_MEAN_NAN, XENT_EMPTY_MEAN_ZERO = 0, 1
 XENT_BACKEND_AUTO, XENT_BACKEND_CPU, XENT_BACKEND_CUDA = 0, 1, 2
 
 REDUCTIONS = {
@@ -106,6 +107,7 @@ class XentOptions(Structure):
         ("use_softcap", c_int),
         ("softcap", c_float),
         ("target_check", c_int),
+        ("empty_mean", c_int),
     ]
 
 
@@ -127,6 +129,7 @@ class XentExec(Structure):
         ("workspace", c_void_p),
         ("workspace_bytes", c_size_t),
         ("num_threads", c_int),
+        ("verdict", c_void_p),
     ]
 
 
@@ -240,6 +243,15 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.xent_backward.argtypes = [
         c_void_p, c_int, c_int64, c_int64, c_int64, c_void_p, c_int64, ex_p]
     lib.xent_backward.restype = c_int
+    lib.xent_backward_rescale.argtypes = [
+        c_void_p, c_int, c_int64, c_int64, c_int64, c_void_p, c_void_p, c_int64, ex_p]
+    lib.xent_backward_rescale.restype = c_int
+    lib.xent_verdict_create.argtypes = [POINTER(c_void_p)]
+    lib.xent_verdict_create.restype = c_int
+    lib.xent_verdict_destroy.argtypes = [c_void_p]
+    lib.xent_verdict_destroy.restype = None
+    lib.xent_verdict_wait.argtypes = [c_void_p]
+    lib.xent_verdict_wait.restype = c_int
     lib.xent_backward_scale.argtypes = [
         c_void_p, c_int, c_int64, c_int64, c_int64, c_float, ex_p]
     lib.xent_backward_scale.restype = c_int
@@ -342,10 +354,42 @@ def backward_scale(grad_ptr: int, dtype: int, rows: int, vocab: int, row_stride:
                                     float(scale), ctypes.byref(ex)))
 
 
+def backward_rescale(grad_ptr: int, dtype: int, rows: int, vocab: int, row_stride: int,
+                     grad_output_ptr: int, applied_ptr: int, count: int, ex: XentExec) -> None:
+    """xent_backward_rescale: grad *= grad_output / applied, then applied = grad_output."""
+    check(lib().xent_backward_rescale(grad_ptr, dtype, rows, vocab, row_stride,
+                                      grad_output_ptr, applied_ptr, count, ctypes.byref(ex)))
+
+
+class Verdict:
+    """A xent_verdict: where a call in deferred mode leaves its target check.
+
+    ``wait()`` raises the call's XentError, if any, from any thread. Made
+    once and reused (one call at a time); freed with the object.
+    """
+
+    __slots__ = ("handle", "_destroy")
+
+    def __init__(self):
+        h = c_void_p()
+        check(lib().xent_verdict_create(ctypes.byref(h)))
+        self.handle = h.value
+        self._destroy = lib().xent_verdict_destroy
+
+    def wait(self) -> None:
+        check(lib().xent_verdict_wait(self.handle))
+
+    def __del__(self):
+        if self.handle:
+            self._destroy(self.handle)
+            self.handle = None
+
+
 def make_options(reduction: str = "mean", ignore_index: int = -100,
                  label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
-                 softcap=None, check_targets: bool = True) -> XentOptions:
-    """An xent_options from Python values (validation is left to the C library)."""
+                 softcap=None, check_targets=True, empty_zero: bool = False) -> XentOptions:
+    """An xent_options from Python values (validation is left to the C library).
+    check_targets: True (checked), False (unchecked) or an XENT_TARGETS_* code."""
     ignore_index = int(ignore_index)
     if not -(2**63) <= ignore_index < 2**63:
         raise ValueError(f"ignore_index {ignore_index} does not fit in int64")
@@ -356,7 +400,11 @@ def make_options(reduction: str = "mean", ignore_index: int = -100,
     opt.lse_square_scale = float(lse_square_scale)
     opt.use_softcap = 0 if softcap is None else 1
     opt.softcap = 0.0 if softcap is None else float(softcap)
-    opt.target_check = XENT_TARGETS_CHECKED if check_targets else XENT_TARGETS_UNCHECKED
+    if isinstance(check_targets, bool):
+        opt.target_check = XENT_TARGETS_CHECKED if check_targets else XENT_TARGETS_UNCHECKED
+    else:
+        opt.target_check = int(check_targets)
+    opt.empty_mean = XENT_EMPTY_MEAN_ZERO if empty_zero else XENT_EMPTY_MEAN_NAN
     return opt
 
 

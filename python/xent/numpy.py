@@ -161,6 +161,9 @@ def cross_entropy(
     code = _xent_dtype(logits, dtype)
     lead = logits.shape[:-1]
     v = logits.shape[-1]
+    if v < 1:
+        raise XentValueError(2, f"logits has no classes (shape {logits.shape}): its last "
+                                "dimension is the vocabulary and must be at least 1")
     x = _rows_view(logits)
     if grad:
         if x is None:
@@ -178,6 +181,13 @@ def cross_entropy(
     if not np.issubdtype(t.dtype, np.integer):
         raise ValueError(f"targets must be integers, not {t.dtype}")
     t = t.reshape(-1)
+    if t.dtype.kind == "u" and t.dtype.itemsize == 8 and t.size:
+        # int64 would wrap the largest ones (2**64 - 100 to -100, an ignored row)
+        big = np.flatnonzero(t > np.uint64(2**63 - 1))
+        if big.size:
+            r = int(big[0])
+            raise XentValueError(4, f"targets[{r}] = {int(t[r])} is outside [0, {v}) and "
+                                    f"does not fit a class index (int64)")
     if t.shape[0] != n:
         raise ValueError(f"targets has {t.shape[0]} elements but logits has {n} rows")
     if t.dtype == np.int32:

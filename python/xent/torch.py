@@ -7,29 +7,34 @@ Usage::
     loss = loss_fn(logits.view(-1, V), labels.view(-1))
     loss.backward()
 
-or the functional form ``xent.torch.cross_entropy(logits, labels, ...)``.
-The arguments and the structured output follow LigerCrossEntropyLoss:
-without any ``return_*`` flag the loss tensor alone is returned, otherwise a
-:class:`CrossEntropyOutput`.
+or the functional form ``xent.torch.cross_entropy(logits, labels, ...)``,
+which takes the peer library's ``liger_cross_entropy`` arguments in the same
+positional order. Without any ``return_*`` flag the loss tensor alone is
+returned, otherwise a :class:`CrossEntropyOutput`.
 
 Semantics
 ---------
-* Logits of shape (..., V) (float32, bfloat16 or float16) are flattened to
-  (N, V); targets (int32 or int64, any shape with N elements) are flattened.
-  Rows may be strided (``stride(-1) == 1``); other layouts are copied first.
+* Logits of shape (..., V) (float32, bfloat16 or float16) against targets of
+  shape ``logits.shape[:-1]`` (int32 or int64), as torch requires; rows may be
+  strided (``stride(-1) == 1``), other layouts are copied first.
 * The loss is computed in fp32 and returned in the logits' dtype, like
   ``torch.nn.functional.cross_entropy``. ``reduction="none"`` returns
   ``logits.shape[:-1]`` values. ``token_accuracy`` is fp32 (the mean over
   non-ignored rows for "mean" and "sum", one value per row for "none"),
   ``predicted_tokens`` int64, one per row (-1 for ignored rows).
-* CUDA tensors run on the CUDA backend, on the tensor's device and on
-  torch's current stream, with scratch memory from torch's allocator; the
-  call never synchronises with the host unless ``check_targets=True`` (the
-  default), where the C library waits for its device-side target check so
-  that a bad target raises. ``check_targets=False`` selects the graph-safe
-  mode: a bad target gives a NaN loss instead of an exception. Use it for
-  CUDA graph capture (``torch.cuda.graph``, ``torch.compile(mode=
-  "reduce-overhead")``). On the CPU targets are always checked.
+* A mean over no rows (every target ``ignore_index``, a fully masked
+  micro-batch) is 0 with a zero gradient, as in the peer library, not NaN as
+  in ``F.cross_entropy``: a NaN there would poison the run.
+* CUDA tensors run on the CUDA backend, on the tensor's device and on torch's
+  current stream; the call never waits for the device. With
+  ``check_targets=True`` (the default) a bad target raises
+  :class:`xent.XentValueError`: at the latest in the backward, before any
+  gradient is returned, for a loss that requires grad (its forward leaves
+  the logits untouched and the loss NaN); in the forward itself otherwise.
+  ``check_targets=False`` selects the graph-safe mode: a bad target gives a
+  NaN loss and a zero gradient row instead of an exception. Use it for CUDA
+  graph capture (``torch.cuda.graph``, ``torch.compile(mode=
+  "reduce-overhead")``). On the CPU targets are always checked at once.
 
 Memory: the gradient replaces the logits
 ----------------------------------------
@@ -45,39 +50,39 @@ computing a wrong gradient. Without grad (``torch.no_grad()``, or logits that
 do not require grad) the logits are only read.
 
 The backward pass multiplies the saved gradient by the upstream gradient in
-place, with the C library's own kernel (``xent_backward``): no second N x V
-buffer, no host synchronisation (the upstream gradient stays on the device;
-a scalar 1 skips the pass), and no autograd version-counter bump. The
-gradient it returns is that buffer, viewed in the input's shape.
+place, with the C library's own kernel: no second N x V buffer, no host
+synchronisation (a scalar 1 skips the pass), and no autograd version-counter
+bump. The gradient it returns is that buffer, viewed in the input's shape.
 
 Backward more than once (``retain_graph=True``)
 ------------------------------------------------
-Each loss remembers the upstream gradient its saved gradient was last scaled
-by (one fp32 value, or one per row for "none"), so a second backward through
-the same graph rescales by new/old and returns the right gradient for the new
-upstream gradient: ``loss.backward(retain_graph=True); loss.backward()``
-accumulates the gradient twice, exactly as with torch. If an earlier upstream
-gradient was exactly 0 the information is gone and the rescaled gradient is
-NaN (loud rather than silently wrong). The returned gradient aliases the saved
-buffer, and a leaf's ``.grad`` may take that buffer over on the first backward;
-so when the logits are themselves a leaf, a later backward with a different
-upstream gradient rescales that ``.grad`` as well (equal upstream gradients,
-as in ``loss.backward()`` twice, accumulate correctly). Logits produced by a
-layer, the usual case, have no such caveat. Under torch.compile the same holds.
-Second-order gradients (differentiating the gradient, ``create_graph=True``)
-are not supported: the gradient returned has no graph.
+Each loss keeps the upstream gradient its saved gradient was last scaled by
+(one fp32 value, or one per row for "none"), in one small tensor, and every
+backward rescales by new/old on the device (``xent_backward_rescale``):
+``loss.backward(retain_graph=True); loss.backward()`` accumulates the
+gradient twice, exactly as with torch. If an earlier upstream gradient was
+exactly 0 the information is gone and the rescaled gradient is NaN (loud
+rather than silently wrong). The returned gradient aliases the saved buffer,
+and a leaf's ``.grad`` may take that buffer over on the first backward; so
+when the logits are themselves a leaf, a later backward with a different
+upstream gradient rescales that ``.grad`` as well (equal upstream
+gradients, as in ``loss.backward()`` twice, accumulate correctly). Logits
+produced by a layer, the usual case, have no such caveat. Second-order
+gradients (``create_graph=True``) are not supported.
 
 torch.compile
 -------------
 The C calls are custom operators (``torch.ops.xent.forward``,
-``torch.ops.xent.forward_grad``, ``torch.ops.xent.backward_``) with fake
-implementations, wrapped in an autograd.Function, so a training step that
-calls the loss compiles with ``fullgraph=True``. Inductor performs the
-in-place updates on the logits buffer itself (no copy).
+``torch.ops.xent.forward_grad``, ``torch.ops.xent.backward_``), declared
+once from one argument list, with fake implementations, wrapped in an
+autograd.Function, so a training step that calls the loss compiles with
+``fullgraph=True``. Traced, checked targets are checked in the forward (the
+deferred check's verdict is host state a graph cannot hold).
 """
 
+import threading
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -100,6 +105,7 @@ _DTYPES = {
     torch.float16: _lib.XENT_FLOAT16,
 }
 _TARGET_TYPES = {torch.int32: _lib.XENT_INT32, torch.int64: _lib.XENT_INT64}
+_NONE = _lib.XENT_REDUCTION_NONE
 
 
 @dataclass
@@ -116,6 +122,46 @@ class CrossEntropyOutput:
 # Calling the C library on tensors
 # ---------------------------------------------------------------------------
 
+# The current stream's handle without building a torch.cuda.Stream object (the
+# accessor torch's own compiled code uses); absent from CPU-only builds.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_f32 = torch.float32
+
+
+_local = threading.local()
+
+
+def _exec_for(t: Tensor, verdict=None) -> _lib.XentExec:
+    """Where the C call runs: the tensor's device and torch's current stream.
+
+    The C library makes that device current for the call itself (and restores
+    the caller's), so no torch device context is needed around it. One
+    structure per thread and (device, stream), reused: its fields are set
+    before each call, and no other thread sees it.
+    """
+    if t.is_cuda:
+        index = t.get_device()
+        stream = (_raw_stream(index) if _raw_stream is not None
+                  else torch.cuda.current_stream(index).cuda_stream)
+        cache = getattr(_local, "execs", None)
+        if cache is None:
+            cache = _local.execs = {}
+        ex = cache.get((index, stream))
+        if ex is None:
+            if len(cache) > 64:
+                cache.clear()
+            ex = cache[(index, stream)] = _lib.XentExec()
+            ex.backend = _lib.XENT_BACKEND_CUDA
+            ex.device = index
+            ex.stream = stream
+        ex.verdict = None if verdict is None else verdict.handle
+        return ex
+    if t.device.type == "cpu":
+        ex = _lib.XentExec()
+        ex.backend = _lib.XENT_BACKEND_CPU
+        return ex
+    raise ValueError(f"xent runs on CPU and CUDA tensors, not on {t.device.type!r}")
+
 
 def _ptr(t: Optional[Tensor]) -> Optional[int]:
     if t is None or t.numel() == 0:
@@ -123,43 +169,9 @@ def _ptr(t: Optional[Tensor]) -> Optional[int]:
     return t.data_ptr()
 
 
-# The current stream's handle without building a torch.cuda.Stream object (the
-# accessor torch's own compiled code uses); absent from CPU-only builds.
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-
-
-def _current_stream(index: int) -> int:
-    if _raw_stream is not None:
-        return _raw_stream(index)
-    return torch.cuda.current_stream(index).cuda_stream
-
-
-def _exec_for(t: Tensor) -> _lib.XentExec:
-    """Where the C call runs: the tensor's device and torch's current stream.
-
-    The C library makes that device current for the call itself (and restores
-    the caller's), so no torch device context is needed around it.
-    """
-    ex = _lib.XentExec()
-    if t.is_cuda:
-        index = t.get_device()
-        ex.backend = _lib.XENT_BACKEND_CUDA
-        ex.device = index
-        ex.stream = _current_stream(index)
-    elif t.device.type == "cpu":
-        ex.backend = _lib.XENT_BACKEND_CPU
-        ex.num_threads = 0
-    else:
-        raise ValueError(f"xent runs on CPU and CUDA tensors, not on {t.device.type!r}")
-    return ex
-
-
 def _row_stride(x: Tensor) -> int:
     """Elements between row starts of a (N, V) tensor (0 = packed)."""
-    n, v = x.shape
-    if n <= 1:
-        return 0
-    return x.stride(0)
+    return x.stride(0) if x.shape[0] > 1 else 0
 
 
 def _check_rows(x: Tensor, name: str) -> None:
@@ -174,208 +186,153 @@ def _check_rows(x: Tensor, name: str) -> None:
         raise ValueError(f"{name} rows overlap (row stride {x.stride(0)} < vocab {v})")
 
 
-_workspace_bytes = {}  # rows -> xent_workspace_size(rows)
-_options = {}  # the Python option values -> their xent_options (read-only to the C call)
+# The options structure of each combination of Python option values (read-only
+# to the C call), and the verdicts free for deferred calls.
+_options = {}
+_verdicts = []
 
 
-def _memo(cache: dict, key, make):
-    """cache[key], made by make(key) on a miss; the cache is emptied past 256 entries."""
-    value = cache.get(key)
-    if value is None:
-        if len(cache) > 256:
-            cache.clear()
-        value = cache[key] = make(key)
-    return value
+def _options_for(key):
+    opt = _options.get(key)
+    if opt is None:
+        if len(_options) > 256:
+            _options.clear()
+        opt = _options[key] = _lib.make_options(*key)
+    return opt
+
+
+def _take_verdict():
+    return _verdicts.pop() if _verdicts else _lib.Verdict()
 
 
 def _run_forward(logits, targets, weight, reduction, ignore_index, label_smoothing,
-                 lse_square_scale, softcap, check_targets, want_z, want_acc, want_pred,
-                 grad):
+                 lse_square_scale, softcap, check, empty_zero, want_z, want_acc, want_pred,
+                 grad, verdict=None):
     """The C forward on tensors. Returns (loss, z, acc, pred): fp32 loss, and
-    the optional outputs that were asked for (None for the others).
+    the optional outputs that were asked for (None for the others). `check`:
+    an XENT_TARGETS_* code; DEFERRED leaves the verdict in `verdict`.
     """
-    # The C library trusts sizes and sides of device buffers: check them here.
-    _check_rows(logits, "logits")
     n, v = logits.shape
     dev = logits.device
-    if (targets.dim() != 1 or targets.shape[0] != n or targets.dtype not in _TARGET_TYPES
-            or targets.device != dev or (n > 1 and targets.stride(0) != 1)):
-        raise ValueError(f"targets must be a contiguous int32/int64 vector of {n} on {dev}")
-    if weight is not None and (weight.shape != (v,) or weight.dtype != torch.float32
-                               or weight.device != dev or (v > 1 and weight.stride(0) != 1)):
-        raise ValueError(f"weight must be a contiguous float32 vector of {v} on {dev}")
-    f32 = torch.float32
-    shape = (n,) if reduction == _lib.XENT_REDUCTION_NONE else ()
+    shape = (n,) if reduction == _NONE else ()
     # Only the outputs asked for are allocated: at small shapes the host time
-    # of each allocation is a visible part of the step (bench/NOTES.md v16).
-    loss = torch.empty(shape, dtype=f32, device=dev)
-    z = torch.empty(shape, dtype=f32, device=dev) if want_z else None
-    acc = torch.empty(shape, dtype=f32, device=dev) if want_acc else None
+    # of each allocation is a visible part of the step.
+    loss = torch.empty(shape, dtype=_f32, device=dev)
+    z = torch.empty(shape, dtype=_f32, device=dev) if want_z else None
+    acc = torch.empty(shape, dtype=_f32, device=dev) if want_acc else None
     pred = torch.empty((n,), dtype=torch.int64, device=dev) if want_pred else None
-
-    inp = _lib.XentInput(_ptr(logits), _DTYPES[logits.dtype], n, v, _row_stride(logits),
-                         _ptr(targets), _TARGET_TYPES[targets.dtype], _ptr(weight))
-    key = (reduction, ignore_index, label_smoothing, lse_square_scale, softcap, check_targets)
-    opt = _memo(_options, key, lambda k: _lib.make_options(*k))
-    out = _lib.XentOutput(_ptr(loss), _ptr(z), _ptr(acc), _ptr(pred), None)
-    ex = _exec_for(logits)
-    if ex.backend == _lib.XENT_BACKEND_CUDA:
-        nbytes = _memo(_workspace_bytes, n, _lib.workspace_size)
-        workspace = torch.empty(nbytes, dtype=torch.uint8, device=dev)
-        ex.workspace = workspace.data_ptr()
-        ex.workspace_bytes = nbytes
-    _lib.forward(inp, opt, out, ex, grad)
+    ptr = _ptr
+    inp = _lib.XentInput(ptr(logits), _DTYPES[logits.dtype], n, v, _row_stride(logits),
+                         ptr(targets), _TARGET_TYPES[targets.dtype], ptr(weight))
+    opt = _options_for((reduction, ignore_index, label_smoothing, lse_square_scale, softcap,
+                        check, empty_zero))
+    out = _lib.XentOutput(ptr(loss), ptr(z), ptr(acc), ptr(pred), None)
+    # CUDA: the workspace the C library takes stream-ordered for the call.
+    _lib.forward(inp, opt, out, _exec_for(logits, verdict), grad)
     return loss, z, acc, pred
 
 
-def _all_outputs(logits, outs):
-    """(loss, z, acc, pred) with empty tensors for the outputs not asked for:
-    the operators' fixed signature."""
-    loss, z, acc, pred = outs
-    f32 = torch.float32
-    if z is None:
-        z = logits.new_empty((0,), dtype=f32)
-    if acc is None:
-        acc = logits.new_empty((0,), dtype=f32)
-    if pred is None:
-        pred = logits.new_empty((0,), dtype=torch.int64)
-    return loss, z, acc, pred
-
-
-def _fake_outputs(logits, reduction, want_z, want_acc, want_pred):
-    n = logits.shape[0]
-    shape = (n,) if reduction == _lib.XENT_REDUCTION_NONE else ()
-    f32 = torch.float32
-    return (
-        logits.new_empty(shape, dtype=f32),
-        logits.new_empty(shape if want_z else (0,), dtype=f32),
-        logits.new_empty(shape if want_acc else (0,), dtype=f32),
-        logits.new_empty((n,) if want_pred else (0,), dtype=torch.int64),
-    )
-
-
-# ---------------------------------------------------------------------------
-# Custom operators (what torch.compile sees)
-# ---------------------------------------------------------------------------
-
-
-@torch.library.custom_op("xent::forward", mutates_args=())
-def _forward_op(
-    logits: Tensor,
-    targets: Tensor,
-    weight: Optional[Tensor],
-    reduction: int,
-    ignore_index: int,
-    label_smoothing: float,
-    lse_square_scale: float,
-    softcap: Optional[float],
-    check_targets: bool,
-    want_z: bool,
-    want_acc: bool,
-    want_pred: bool,
-) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Loss and optional outputs; the logits are only read."""
-    return _all_outputs(logits, _run_forward(
-        logits, targets, weight, reduction, ignore_index, label_smoothing, lse_square_scale,
-        softcap, check_targets, want_z, want_acc, want_pred, grad=False))
-
-
-@_forward_op.register_fake
-def _forward_fake(logits, targets, weight, reduction, ignore_index, label_smoothing,
-                  lse_square_scale, softcap, check_targets, want_z, want_acc, want_pred):
-    return _fake_outputs(logits, reduction, want_z, want_acc, want_pred)
-
-
-@torch.library.custom_op("xent::forward_grad", mutates_args=("logits",))
-def _forward_grad_op(
-    logits: Tensor,
-    targets: Tensor,
-    weight: Optional[Tensor],
-    reduction: int,
-    ignore_index: int,
-    label_smoothing: float,
-    lse_square_scale: float,
-    softcap: Optional[float],
-    check_targets: bool,
-    want_z: bool,
-    want_acc: bool,
-    want_pred: bool,
-) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Loss and optional outputs; writes d(loss)/d(logits) over the logits.
-
-    The fifth output is the backward state: the upstream gradient the saved
-    gradient is scaled by (fp32 ones: 1 value, or rows for reduction none).
-    It is an operator output (not a factory call in the graph) so that
-    torch.compile saves it for the backward instead of recomputing it.
-    """
-    outs = _all_outputs(logits, _run_forward(
-        logits, targets, weight, reduction, ignore_index, label_smoothing, lse_square_scale,
-        softcap, check_targets, want_z, want_acc, want_pred, grad=True))
-    count = logits.shape[0] if reduction == _lib.XENT_REDUCTION_NONE else 1
-    return outs + (torch.ones(count, dtype=torch.float32, device=logits.device),)
-
-
-@_forward_grad_op.register_fake
-def _forward_grad_fake(logits, targets, weight, reduction, ignore_index, label_smoothing,
-                       lse_square_scale, softcap, check_targets, want_z, want_acc,
-                       want_pred):
-    count = logits.shape[0] if reduction == _lib.XENT_REDUCTION_NONE else 1
-    return _fake_outputs(logits, reduction, want_z, want_acc, want_pred) + (
-        logits.new_empty((count,), dtype=torch.float32),)
-
-
-def _scale_rows(grad: Tensor, factor: Tensor) -> None:
-    """xent_backward: grad (N, V) *= factor (fp32, 1 or N values, on grad's device)."""
-    n, v = grad.shape
-    _lib.backward(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
-                  factor.data_ptr(), factor.numel(), _exec_for(grad))
-
-
-def _backward_impl(grad: Tensor, grad_output: Tensor, applied: Tensor) -> None:
-    """Rescale the saved gradient in place from `applied` to `grad_output`.
-
-    `grad` holds G * applied, where G is the gradient for an upstream
-    gradient of 1 and `applied` (fp32, 1 or rows values, on grad's device)
-    the upstream gradient it was last scaled by (ones after the forward).
-    Afterwards it holds G * grad_output and `applied` is grad_output.
-    """
-    _check_rows(grad, "grad")
+def _run_backward(grad: Tensor, grad_output: Tensor, applied: Tensor) -> None:
+    """grad (N, V) *= grad_output / applied, then applied = grad_output: the
+    saved gradient rescaled from the upstream gradient it holds to the new
+    one, on grad's device, in one C call."""
     n, v = grad.shape
     if n == 0:
         return
-    go = grad_output.reshape(-1).to(device=grad.device, dtype=torch.float32)
-    if (applied.dim() != 1 or applied.dtype != torch.float32 or applied.device != grad.device
-            or applied.numel() not in (1, n) or not applied.is_contiguous()):
-        raise ValueError("applied must be a contiguous float32 vector of 1 or rows values")
+    go = grad_output
+    if (go.dtype != _f32 or go.device != grad.device or not go.is_contiguous()
+            or go.dim() != 1):
+        go = go.to(device=grad.device, dtype=_f32).reshape(-1).contiguous()
     if go.numel() != applied.numel():
         raise ValueError(f"grad_output has {go.numel()} values; expected {applied.numel()}")
-    factor = go / applied  # exact (== go) for the first backward
-    _scale_rows(grad, factor)
-    # Through .data: a write that does not bump `applied`'s version counter
-    # (it is saved for the backward, like the gradient).
-    applied.data.copy_(go)
+    _lib.backward_rescale(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
+                          go.data_ptr(), applied.data_ptr(), applied.numel(), _exec_for(grad))
 
 
-@torch.library.custom_op("xent::backward_", mutates_args=("grad", "applied"))
-def _backward_op(grad: Tensor, grad_output: Tensor, applied: Tensor) -> None:
-    """The backward as an operator (what torch.compile records)."""
-    _backward_impl(grad, grad_output, applied)
+# ---------------------------------------------------------------------------
+# Custom operators (what torch.compile sees), declared once
+# ---------------------------------------------------------------------------
+
+# The arguments of both forward operators after the logits, and their types.
+_ARGS = ("Tensor targets, Tensor? weight, int reduction, int ignore_index, "
+         "float label_smoothing, float lse_square_scale, float? softcap, int check, "
+         "bool empty_zero, bool want_z, bool want_acc, bool want_pred")
+_OUTS = "Tensor loss, Tensor z, Tensor acc, Tensor pred"
+torch.library.define("xent::forward", f"(Tensor logits, {_ARGS}) -> ({_OUTS})")
+torch.library.define("xent::forward_grad",
+                     f"(Tensor(a!) logits, {_ARGS}) -> ({_OUTS}, Tensor applied)")
+torch.library.define("xent::backward_", "(Tensor(a!) grad, Tensor grad_output, "
+                                        "Tensor(b!) applied) -> ()")
 
 
-@_backward_op.register_fake
+def _outputs(logits, reduction, want_z, want_acc, want_pred, outs=None):
+    """(loss, z, acc, pred) for the operators' fixed signature: the outputs
+    computed (`outs`), or fakes of their shapes; empty tensors for those not
+    asked for."""
+    n = logits.shape[0]
+    shape = (n,) if reduction == _NONE else ()
+    loss, z, acc, pred = outs if outs is not None else (None,) * 4
+    new = logits.new_empty
+    return (
+        loss if loss is not None else new(shape, dtype=_f32),
+        z if z is not None else new(shape if want_z and outs is None else (0,), dtype=_f32),
+        acc if acc is not None else new(shape if want_acc and outs is None else (0,),
+                                        dtype=_f32),
+        pred if pred is not None else new((n,) if want_pred and outs is None else (0,),
+                                          dtype=torch.int64),
+    )
+
+
+def _applied_for(logits, reduction):
+    count = logits.shape[0] if reduction == _NONE else 1
+    return torch.ones(count, dtype=_f32, device=logits.device)
+
+
+@torch.library.impl("xent::forward", ("cpu", "cuda"))
+def _forward_impl(logits, targets, weight, reduction, ignore_index, label_smoothing,
+                  lse_square_scale, softcap, check, empty_zero, want_z, want_acc, want_pred):
+    outs = _run_forward(logits, targets, weight, reduction, ignore_index, label_smoothing,
+                        lse_square_scale, softcap, check, empty_zero, want_z, want_acc,
+                        want_pred, grad=False)
+    return _outputs(logits, reduction, want_z, want_acc, want_pred, outs)
+
+
+@torch.library.impl("xent::forward_grad", ("cpu", "cuda"))
+def _forward_grad_impl(logits, targets, weight, reduction, ignore_index, label_smoothing,
+                       lse_square_scale, softcap, check, empty_zero, want_z, want_acc,
+                       want_pred):
+    """Writes d(loss)/d(logits) over the logits. The last output is the
+    backward state: the upstream gradient the saved gradient is scaled by
+    (ones), an operator output so that a compiled graph saves it."""
+    outs = _run_forward(logits, targets, weight, reduction, ignore_index, label_smoothing,
+                        lse_square_scale, softcap, check, empty_zero, want_z, want_acc,
+                        want_pred, grad=True)
+    return _outputs(logits, reduction, want_z, want_acc, want_pred, outs) + (
+        _applied_for(logits, reduction),)
+
+
+@torch.library.impl("xent::backward_", ("cpu", "cuda"))
+def _backward_impl(grad, grad_output, applied):
+    _run_backward(grad, grad_output, applied)
+
+
+@torch.library.register_fake("xent::forward")
+def _forward_fake(logits, targets, weight, reduction, *rest):
+    want_z, want_acc, want_pred = rest[-3:]
+    return _outputs(logits, reduction, want_z, want_acc, want_pred)
+
+
+@torch.library.register_fake("xent::forward_grad")
+def _forward_grad_fake(logits, targets, weight, reduction, *rest):
+    want_z, want_acc, want_pred = rest[-3:]
+    count = logits.shape[0] if reduction == _NONE else 1
+    return _outputs(logits, reduction, want_z, want_acc, want_pred) + (
+        logits.new_empty((count,), dtype=_f32),)
+
+
+@torch.library.register_fake("xent::backward_")
 def _backward_fake(grad, grad_output, applied):
     return None
-
-
-def _scale_saved_gradient(grad: Tensor, grad_output: Tensor, applied: Tensor) -> None:
-    if torch.compiler.is_compiling():
-        # Traced: the graph records the mutation; version counters do not exist.
-        torch.ops.xent.backward_(grad, grad_output, applied)
-    else:
-        # Eager: the implementation itself, not the operator, whose dispatcher
-        # would bump the saved gradient's version counter (and make a second
-        # backward through the same graph fail autograd's saved-tensor check).
-        _backward_impl(grad, grad_output, applied)
 
 
 # ---------------------------------------------------------------------------
@@ -383,56 +340,40 @@ def _scale_saved_gradient(grad: Tensor, grad_output: Tensor, applied: Tensor) ->
 # ---------------------------------------------------------------------------
 
 
-def _rescale_eager(grad: Tensor, grad_output: Tensor, applied: Optional[Tensor]) -> Tensor:
-    """_backward_impl for eager mode, with the backward state kept on the host side.
-
-    The caller has checked grad_output's count (1, or rows for reduction none).
-    `applied` is the upstream gradient `grad` holds (None: 1, after the forward), so the
-    first backward launches no division and no copy: only xent's scale kernel, which
-    skips the pass on the device when the factor is 1. Returns the new state.
-    """
-    # One op: a fresh, dense fp32 copy on grad's device. It is kept as the
-    # state, so never the caller's tensor (which may change), and dense even
-    # when the caller's is an expanded view (the C call reads numel values).
-    go = grad_output.to(device=grad.device, dtype=torch.float32, copy=True,
-                        memory_format=torch.contiguous_format)
-    if grad.shape[0] == 0:
-        return go
-    _scale_rows(grad, go if applied is None else go / applied)
-    return go
-
-
 class _CrossEntropyFunction(torch.autograd.Function):
     """Outputs: the loss, then those of z, accuracy and predicted tokens that
-    were asked for, in that order (fewer outputs: less autograd work a step)."""
+    were asked for, in that order (fewer outputs: less autograd work a step).
+    The backward state is one tensor in both modes: `applied`, the upstream
+    gradient the saved gradient holds."""
 
     @staticmethod
     def forward(ctx, logits, targets, weight, reduction, ignore_index, label_smoothing,
-                lse_square_scale, softcap, check_targets, want_z, want_acc, want_pred):
-        ctx.eager = not torch.compiler.is_compiling()
-        if ctx.eager:
-            # The implementation itself: the operator's dispatch costs more host time
-            # than the kernels take at small shapes. The version bump is the one the
-            # operator makes for its in-place write (before saving, so that the saved
-            # buffer is current).
-            loss, z, acc, pred = _run_forward(
-                logits, targets, weight, reduction, ignore_index, label_smoothing,
-                lse_square_scale, softcap, check_targets, want_z, want_acc, want_pred,
-                grad=True)
-            torch.autograd.graph.increment_version(logits)
-            ctx.save_for_backward(logits.detach())
-            ctx.applied = None
-            ctx.rows = logits.shape[0] if reduction == _lib.XENT_REDUCTION_NONE else 1
-        else:
+                lse_square_scale, softcap, check, empty_zero, want_z, want_acc, want_pred):
+        ctx.verdict = None
+        if torch.compiler.is_compiling():
+            if check == _lib.XENT_TARGETS_DEFERRED:
+                check = _lib.XENT_TARGETS_CHECKED
             loss, z, acc, pred, applied = torch.ops.xent.forward_grad(
                 logits, targets, weight, reduction, ignore_index, label_smoothing,
-                lse_square_scale, softcap, check_targets, want_z, want_acc, want_pred)
-            # `logits` now holds the gradient. Saved detached, as a plain buffer.
-            ctx.save_for_backward(logits.detach(), applied)
-        # Traced, a fresh tensor (copy=True): returning the operator's output
-        # directly from the Function loses the upstream gradient under
-        # torch.compile. Eager fp32 needs no copy.
-        loss = loss.to(dtype=logits.dtype, copy=not ctx.eager)
+                lse_square_scale, softcap, check, empty_zero, want_z, want_acc, want_pred)
+            # Traced, a fresh tensor (copy=True): returning the operator's output
+            # directly from the Function loses the upstream gradient.
+            loss = loss.to(dtype=logits.dtype, copy=True)
+        else:
+            # Eager: the implementation itself (the operator's dispatch costs
+            # host time), and the version bump the operator makes for its
+            # in-place write, before saving, so that the saved buffer is current.
+            if check == _lib.XENT_TARGETS_DEFERRED:
+                ctx.verdict = _take_verdict()
+            loss, z, acc, pred = _run_forward(
+                logits, targets, weight, reduction, ignore_index, label_smoothing,
+                lse_square_scale, softcap, check, empty_zero, want_z, want_acc, want_pred,
+                grad=True, verdict=ctx.verdict)
+            applied = _applied_for(logits, reduction)
+            torch.autograd.graph.increment_version(logits)
+            if logits.dtype != _f32:
+                loss = loss.to(dtype=logits.dtype)
+        ctx.save_for_backward(logits.detach(), applied)
         extras = []
         if want_z:
             extras.append(z.to(dtype=logits.dtype))
@@ -446,16 +387,23 @@ class _CrossEntropyFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss, *grad_extras):
-        if ctx.eager:
-            (grad,) = ctx.saved_tensors
-            if grad_loss.numel() != ctx.rows:
-                raise ValueError(f"grad_output has {grad_loss.numel()} values; "
-                                 f"expected {ctx.rows}")
-            ctx.applied = _rescale_eager(grad, grad_loss, ctx.applied)
+        grad, applied = ctx.saved_tensors
+        if ctx.verdict is not None:
+            # The deferred target check of the forward, before the gradient is
+            # returned: raises its XentValueError here.
+            verdict, ctx.verdict = ctx.verdict, None
+            try:
+                verdict.wait()
+            finally:
+                _verdicts.append(verdict)
+        if torch.compiler.is_compiling():
+            torch.ops.xent.backward_(grad, grad_loss, applied)
         else:
-            grad, applied = ctx.saved_tensors
-            _scale_saved_gradient(grad, grad_loss, applied)
-        return (grad,) + (None,) * 11
+            # The implementation itself: the operator's dispatcher would bump
+            # the saved gradient's version counter (and a second backward
+            # through the same graph would fail autograd's saved-tensor check).
+            _run_backward(grad, grad_loss, applied)
+        return (grad,) + (None,) * 12
 
 
 # ---------------------------------------------------------------------------
@@ -463,26 +411,42 @@ class _CrossEntropyFunction(torch.autograd.Function):
 # ---------------------------------------------------------------------------
 
 
-def _as_rows(input: Tensor) -> Tensor:
-    """(..., V) -> (N, V) with a contiguous last dim: a view when possible."""
-    if input.dim() == 0:
-        raise ValueError("input must have at least one dimension (the vocabulary)")
-    v = input.shape[-1]
-    x = input if input.dim() == 2 else input.reshape(-1, v)
-    n = x.shape[0]
-    if (v > 1 and n > 0 and x.stride(1) != 1) or (n > 1 and x.stride(0) < v):
-        x = x.contiguous()
-    return x
+def _legacy_reduction(size_average, reduce, reduction: str) -> str:
+    """torch's rule for the deprecated size_average and reduce arguments."""
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    if not reduce:
+        return "none"
+    return "mean" if size_average else "sum"
+
+
+def _check_options(label_smoothing, softcap, reduction) -> int:
+    """The peer's asserts, raised as the C library would (XentValueError with
+    its status and wording); the reduction's code."""
+    ls = float(label_smoothing)
+    if not (0.0 <= ls <= 1.0):
+        raise XentValueError(5, f"label_smoothing is {ls:g}; it must be in [0, 1]")
+    if softcap is not None and not (0.0 < float(softcap) < float("inf")):
+        raise XentValueError(6, f"softcap is {float(softcap):g}; it must be finite and > 0")
+    try:
+        return _lib.REDUCTIONS[reduction]
+    except (KeyError, TypeError):
+        raise XentValueError(8, f"reduction must be 'mean', 'sum' or 'none', not "
+                                f"{reduction!r}") from None
 
 
 def cross_entropy(
     input: Tensor,
     target: Tensor,
     weight: Optional[Tensor] = None,
+    size_average=None,
     ignore_index: int = -100,
-    lse_square_scale: float = 0.0,
-    label_smoothing: float = 0.0,
+    reduce=None,
     reduction: str = "mean",
+    label_smoothing: float = 0.0,
+    lse_square_scale: float = 0.0,
     softcap: Optional[float] = None,
     return_z_loss: bool = False,
     return_token_accuracy: bool = False,
@@ -492,43 +456,70 @@ def cross_entropy(
 ):
     """Fused softmax cross-entropy of `input` (..., V) against `target` (...).
 
-    Returns the loss tensor, or a :class:`CrossEntropyOutput` when any
-    ``return_*`` flag is set. When `input` requires grad the gradient is
-    written over it in place (see the module documentation). Bad arguments
-    raise :class:`xent.XentError` (a ValueError) with the C library's
-    message, before anything is written.
+    The arguments are ``liger_cross_entropy``'s, in its positional order
+    (``size_average`` and ``reduce`` as torch's deprecated ones). Returns the
+    loss tensor, or a :class:`CrossEntropyOutput` when any ``return_*`` flag
+    is set. A mean over no rows is 0. When `input` requires grad the gradient
+    is written over it in place (see the module documentation). Bad arguments
+    raise :class:`xent.XentError` (a ValueError) naming the argument, before
+    anything is written.
     """
-    red = _lib.reduction_code(reduction)
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    red = _check_options(label_smoothing, softcap, reduction)
+    return _cross_entropy(input, target, weight, ignore_index, red, label_smoothing,
+                          lse_square_scale, softcap, return_z_loss, return_token_accuracy,
+                          return_predicted_tokens, check_targets)
+
+
+def _cross_entropy(input, target, weight, ignore_index, red, label_smoothing,
+                   lse_square_scale, softcap, return_z_loss, return_token_accuracy,
+                   return_predicted_tokens, check_targets):
     if not isinstance(input, Tensor) or not isinstance(target, Tensor):
         raise TypeError("input and target must be tensors")
     if input.dtype not in _DTYPES:
         raise ValueError(f"input must be float32, bfloat16 or float16, not {input.dtype}")
+    if input.dim() == 0 or input.shape[-1] == 0:
+        raise XentValueError(2, f"input has no classes (shape {tuple(input.shape)}): its last "
+                                "dimension is the vocabulary and must be at least 1")
+    lead = input.shape[:-1]
+    if target.shape != lead:
+        raise ValueError(
+            f"target has shape {tuple(target.shape)} but input has shape "
+            f"{tuple(input.shape)}: the target's shape must be input.shape[:-1]")
     if target.dtype.is_floating_point or target.dtype.is_complex or target.dtype == torch.bool:
         raise ValueError(f"target must hold class indices (int32 or int64), not {target.dtype}")
-    if target.device != input.device:
-        raise ValueError(f"target is on {target.device} but input is on {input.device}")
-    lead = input.shape[:-1]
-    x = _as_rows(input)
-    n, v = x.shape
+    dev = input.device
+    if target.device != dev:
+        raise ValueError(f"target is on {target.device} but input is on {dev}")
+    v = input.shape[-1]
+    x = input if input.dim() == 2 else input.reshape(-1, v)
+    if (v > 1 and x.shape[0] > 0 and x.stride(1) != 1) or (x.shape[0] > 1 and x.stride(0) < v):
+        x = x.contiguous()
     t = target if target.dim() == 1 else target.reshape(-1)
-    if t.shape[0] != n:
-        raise ValueError(
-            f"target has {t.shape[0]} elements but input has {n} rows of {v} classes "
-            f"(input shape {tuple(input.shape)}, target shape {tuple(target.shape)})")
     if t.dtype not in _TARGET_TYPES:
         t = t.to(torch.int64)
-    t = t.contiguous()
+    if t.shape[0] > 1 and t.stride(0) != 1:
+        t = t.contiguous()
     w = None
     if weight is not None:
         if weight.shape != (v,):
             raise ValueError(f"weight must have shape ({v},), got {tuple(weight.shape)}")
-        w = weight.to(device=input.device, dtype=torch.float32).contiguous()
+        w = weight
+        if w.dtype != _f32 or w.device != dev or (v > 1 and w.stride(0) != 1):
+            w = w.to(device=dev, dtype=_f32).contiguous()
     cap = None if softcap is None else float(softcap)
+    grad = input.requires_grad and torch.is_grad_enabled()
+    if not check_targets:
+        check = _lib.XENT_TARGETS_UNCHECKED
+    elif grad and red != _NONE and x.is_cuda:
+        check = _lib.XENT_TARGETS_DEFERRED  # waited for in the backward
+    else:
+        check = _lib.XENT_TARGETS_CHECKED
     args = (t, w, red, int(ignore_index), float(label_smoothing), float(lse_square_scale),
-            cap, bool(check_targets), bool(return_z_loss), bool(return_token_accuracy),
+            cap, check, True, bool(return_z_loss), bool(return_token_accuracy),
             bool(return_predicted_tokens))
 
-    if input.requires_grad and torch.is_grad_enabled():
+    if grad:
         outs = _CrossEntropyFunction.apply(x, *args)
         loss = outs[0]
         extras = iter(outs[1:])
@@ -544,13 +535,13 @@ def cross_entropy(
         if return_z_loss:
             z = z.to(input.dtype)
 
-    if red == _lib.XENT_REDUCTION_NONE:
+    if red == _NONE:
         loss = loss.view(lead)
     if not (return_z_loss or return_token_accuracy or return_predicted_tokens):
         return loss
-    if return_z_loss and red == _lib.XENT_REDUCTION_NONE:
+    if return_z_loss and red == _NONE:
         z = z.view(lead)
-    if return_token_accuracy and red == _lib.XENT_REDUCTION_NONE:
+    if return_token_accuracy and red == _NONE:
         acc = acc.view(lead)
     if return_predicted_tokens:
         pred = pred.view(lead)
@@ -563,7 +554,8 @@ def cross_entropy(
 
 
 class CrossEntropyLoss(torch.nn.Module):
-    """Fused cross-entropy loss module; the arguments of :func:`cross_entropy`.
+    """Fused cross-entropy loss module; the arguments of the peer library's
+    ``LigerCrossEntropyLoss`` (checked here, when the module is made).
 
     ``weight`` is kept as a (non-persistent) buffer, so ``.to(device)`` moves
     it. See the module documentation for the in-place gradient.
@@ -584,7 +576,7 @@ class CrossEntropyLoss(torch.nn.Module):
         check_targets: bool = True,
     ):
         super().__init__()
-        _lib.reduction_code(reduction)  # validates early
+        _check_options(label_smoothing, softcap, reduction)
         self.register_buffer("weight", weight, persistent=False)
         self.ignore_index = ignore_index
         self.lse_square_scale = lse_square_scale
@@ -597,20 +589,13 @@ class CrossEntropyLoss(torch.nn.Module):
         self.check_targets = check_targets
 
     def forward(self, input: Tensor, target: Tensor):
-        return cross_entropy(
-            input,
-            target,
-            weight=self.weight,
-            ignore_index=self.ignore_index,
-            lse_square_scale=self.lse_square_scale,
-            label_smoothing=self.label_smoothing,
-            reduction=self.reduction,
-            softcap=self.softcap,
-            return_z_loss=self.return_z_loss,
-            return_token_accuracy=self.return_token_accuracy,
-            return_predicted_tokens=self.return_predicted_tokens,
-            check_targets=self.check_targets,
-        )
+        red = _lib.REDUCTIONS.get(self.reduction)
+        if red is None:  # changed since the module was made
+            red = _lib.reduction_code(self.reduction)
+        return _cross_entropy(input, target, self.weight, self.ignore_index, red,
+                              self.label_smoothing, self.lse_square_scale, self.softcap,
+                              self.return_z_loss, self.return_token_accuracy,
+                              self.return_predicted_tokens, self.check_targets)
 
     def extra_repr(self) -> str:
         return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "

@@ -244,3 +244,28 @@ def test_ml_dtypes_bfloat16_arrays(rng):
     ref = cross_entropy_ref(x64, y)
     assert_close(loss, ref["loss"], tol("float32", "loss"), "loss")
     assert_close(a.astype(np.float64), ref["grad"], tol("bfloat16", "grad"), "gradient")
+
+
+@pytest.mark.parametrize("dtype", [np.uint64, np.uint32, np.uint8, np.int16])
+def test_other_integer_targets_convert_exactly_or_raise(rng, dtype):
+    """Targets of any integer type are used at their value: an unsigned
+    2**64 - 100 is a bad target, not the ignore_index -100 that int64 would
+    wrap it to; values that fit are converted exactly."""
+    x = make_logits(rng, 6, 40)
+    y = make_targets(rng, x, ignore_frac=0.0).astype(dtype)
+    ref = cross_entropy_ref(x.astype(np.float64), y.astype(np.int64))
+    assert_close(xn.cross_entropy(x, y), ref["loss"], tol("float32", "loss"), "loss")
+    if dtype == np.uint64:
+        before = x.copy()
+        y[2] = np.uint64(2**64 - 100)
+        with pytest.raises(xent.XentValueError, match=r"targets\[2\] = 18446744073709551516"):
+            xn.cross_entropy(x, y, grad=True)
+        np.testing.assert_array_equal(x, before)
+
+
+def test_no_classes_give_xents_own_message():
+    for shape in ((0,), (4, 0), (2, 3, 0)):
+        x = np.zeros(shape, dtype=np.float32)
+        y = np.zeros(shape[:-1], dtype=np.int64)
+        with pytest.raises(xent.XentValueError, match="no classes"):
+            xn.cross_entropy(x, y)

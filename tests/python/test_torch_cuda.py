@@ -179,3 +179,39 @@ def test_large_vocabulary_on_the_gpu(rng):
     ref = cross_entropy_ref(x64, y_np, label_smoothing=0.1, reduction="sum")
     assert_close(f64(loss), ref["loss"], tol("bfloat16", "loss"), "loss")
     assert_close(f64(x.grad), ref["grad"], tol("bfloat16", "grad"), "gradient")
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_bad_target_raises_in_the_backward_without_a_wait_in_the_forward(rng, reduction):
+    """A loss that requires grad checks its targets on the device and reads
+    the verdict in the backward, before any gradient is returned: the forward
+    returns at once (loss NaN, logits untouched), the backward raises naming
+    the first bad row, and no gradient reaches the leaf. The next step runs."""
+    x = tensor(make_logits(rng, 64, 500), torch.bfloat16, "cuda").requires_grad_()
+    y = torch.tensor(make_targets(rng, x.detach().float().cpu().numpy(), ignore_frac=0.0),
+                     device="cuda")
+    y[7] = 500
+    y[9] = -3
+    before = x.detach().clone()
+    loss = xt.cross_entropy(x, y, reduction=reduction)  # no exception here
+    assert torch.isnan(loss).item()
+    assert torch.equal(x.detach(), before)
+    with pytest.raises(xent.XentValueError, match=r"targets\[7\] = 500"):
+        loss.backward()
+    assert x.grad is None
+    y[7], y[9] = 3, 4
+    loss = xt.cross_entropy(x, y, reduction=reduction)
+    loss.backward()
+    assert torch.isfinite(loss).item() and x.grad is not None
+
+
+def test_bad_target_without_grad_raises_in_the_forward(rng):
+    x = tensor(make_logits(rng, 16, 300), torch.float32, "cuda")
+    y = torch.zeros(16, dtype=torch.int64, device="cuda")
+    y[5] = 300
+    for reduction in ("mean", "none"):
+        with pytest.raises(xent.XentValueError, match=r"targets\[5\] = 300"):
+            xt.cross_entropy(x, y, reduction=reduction)
+    x.requires_grad_()
+    with pytest.raises(xent.XentValueError, match=r"targets\[5\] = 300"):
+        xt.cross_entropy(x, y, reduction="none")  # per-row losses: checked at once

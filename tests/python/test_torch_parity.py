@@ -226,15 +226,105 @@ def test_module_matches_functional(rng, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_all_rows_ignored(rng, device):
-    x = tensor(make_logits(rng, 9, 50), torch.float32, device).requires_grad_()
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
+def test_all_rows_ignored(rng, device, dtype_name):
+    """A fully masked micro-batch: the mean is 0 with a zero gradient, as in
+    the peer library (torch's F.cross_entropy gives NaN), through the
+    functional form and the module, with and without grad, every optional
+    output 0; a sum is 0."""
+    dt = getattr(torch, dtype_name)
     y = torch.full((9,), -100, device=device)
-    expect = F.cross_entropy(x.detach(), y)
-    out = xt.cross_entropy(x, y, return_token_accuracy=True)
-    assert torch.isnan(out.loss) and torch.isnan(expect) and torch.isnan(out.token_accuracy)
-    out.loss.backward()
-    assert torch.count_nonzero(x.grad) == 0
-    assert xt.cross_entropy(x.detach(), y, reduction="sum").item() == 0.0
+    for make in (lambda **kw: (lambda x, t: xt.cross_entropy(x, t, **kw)),
+                 lambda **kw: xt.CrossEntropyLoss(**kw)):
+        x = tensor(make_logits(rng, 9, 50), dt, device).requires_grad_()
+        assert torch.isnan(F.cross_entropy(x.detach().float(), y))
+        out = make(return_token_accuracy=True, return_z_loss=True,
+                   lse_square_scale=1e-3)(x, y)
+        assert out.loss.item() == 0.0 and out.z_loss.item() == 0.0
+        assert out.token_accuracy.item() == 0.0
+        out.loss.backward()
+        assert torch.count_nonzero(x.grad) == 0
+        with torch.no_grad():
+            assert make()(x.detach(), y).item() == 0.0
+        assert make(reduction="sum")(x.detach(), y).item() == 0.0
+
+
+def _liger_style_reference(x, y, weight, ignore_index, reduction, label_smoothing):
+    return F.cross_entropy(x.float(), y, weight=weight, ignore_index=ignore_index,
+                           reduction=reduction, label_smoothing=label_smoothing)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_functional_takes_the_peers_positional_order(rng, device):
+    """liger_cross_entropy(input, target, weight, size_average, ignore_index,
+    reduce, reduction, label_smoothing, lse_square_scale, softcap,
+    return_z_loss, return_token_accuracy, return_predicted_tokens): every
+    argument after `weight` given by position lands where the peer takes it."""
+    x = tensor(make_logits(rng, 16, 40), torch.float32, device)
+    y = torch.tensor(rng.integers(0, 40, 16), device=device)
+    y[3] = 5
+    w = torch.tensor(rng.uniform(0.5, 2.0, 40), dtype=torch.float32, device=device)
+    out = xt.cross_entropy(x, y, w, None, 5, None, "sum", 0.1, 0.0, None, True, True, True)
+    ref = _liger_style_reference(x, y, w, 5, "sum", 0.1)
+    assert torch.allclose(out.loss.float(), ref, rtol=1e-5, atol=1e-5)
+    assert out.z_loss is not None and out.token_accuracy is not None
+    assert out.predicted_tokens.shape == (16,) and out.predicted_tokens[3].item() == -1
+    # torch's deprecated reduction arguments: reduce=False is "none", size_average=False "sum"
+    none = xt.cross_entropy(x, y, None, None, -100, False)
+    assert none.shape == (16,)
+    summed = xt.cross_entropy(x, y, None, False)
+    assert torch.allclose(summed.float(), F.cross_entropy(x, y, reduction="sum"), rtol=1e-5)
+    # lse_square_scale and softcap by position
+    zl = xt.cross_entropy(x, y, None, None, -100, None, "mean", 0.0, 1e-2, 30.0, True)
+    xs = 30.0 * torch.tanh(x / 30.0)
+    lse = torch.logsumexp(xs, dim=-1)
+    assert torch.allclose(zl.z_loss.float(), (1e-2 * lse * lse).mean(), rtol=1e-4)
+
+
+def test_module_checks_its_options_when_made():
+    """As the peer's asserts: bad label_smoothing, softcap or reduction raise
+    when the module is made, not at the first call."""
+    for kwargs, what in (({"label_smoothing": 1.5}, "label_smoothing"),
+                         ({"label_smoothing": -0.1}, "label_smoothing"),
+                         ({"softcap": 0.0}, "softcap"),
+                         ({"softcap": -3.0}, "softcap"),
+                         ({"softcap": float("inf")}, "softcap"),
+                         ({"reduction": "avg"}, "reduction")):
+        with pytest.raises(xent.XentValueError, match=what):
+            xt.CrossEntropyLoss(**kwargs)
+    xt.CrossEntropyLoss(label_smoothing=1.0, softcap=30.0, reduction="none")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_target_shape_must_match(rng, device):
+    """torch raises when the targets' shape is not input.shape[:-1], even when
+    the counts agree; so does xent, before anything is written."""
+    x = tensor(make_logits(rng, 64, 30), torch.float32, device).reshape(2, 32, 30)
+    y = torch.tensor(rng.integers(0, 30, 64), device=device)
+    before = x.clone()
+    with pytest.raises((RuntimeError, ValueError)):
+        F.cross_entropy(x.reshape(64, 30), y.reshape(32, 2))
+    for bad in (y.reshape(32, 2), y, y.reshape(2, 32, 1)):
+        with pytest.raises(ValueError, match="shape"):
+            xt.cross_entropy(x.requires_grad_(), bad)
+        x = x.detach()
+    assert torch.equal(x, before)
+    ok = xt.cross_entropy(x, y.reshape(2, 32), reduction="none")
+    assert ok.shape == (2, 32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_inputs_give_xents_own_message(device):
+    """No class at all: a message of xent's naming the input, not torch's."""
+    for shape in ((0,), (5, 0), (2, 3, 0)):
+        x = torch.zeros(shape, device=device)
+        y = torch.zeros(shape[:-1], dtype=torch.int64, device=device)
+        with pytest.raises(xent.XentValueError, match="no classes"):
+            xt.cross_entropy(x, y)
+    # no rows but classes: fine (a mean over no rows is 0)
+    x = torch.zeros((0, 7), device=device, requires_grad=True)
+    loss = xt.cross_entropy(x, torch.zeros((0,), dtype=torch.int64, device=device))
+    assert loss.item() == 0.0
 
 
 def test_library_version_is_the_package_version():
