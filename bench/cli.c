@@ -28,14 +28,14 @@ static void usage(void) {
       "usage: xent-bench [flags]\n"
       "\n"
       "Times xent's fused cross-entropy on the GPU when there is one, else on the CPU.\n"
-      "Without flags: fwd+grad at BT=8192, V = 32000, 128256, 262144 (GPU) or BT=4096,\n"
-      "V=32000 (CPU), bf16 and fp32.\n"
+      "Without flags: fwd+grad at BT=8192, V = 32000, 128256, 262144 (GPU) or at\n"
+      "4096 x 32000, 1024 x 128256 and 512 x 262144 (CPU), bf16 and fp32.\n"
       "\n"
       "  --cpu | --gpu             force the backend\n"
       "  --sweep vocab|bt|all      V in {32000 ... 262144} at BT=8192, BT in {1024 ... 65536}\n"
       "                            at V=128256; points that do not fit are skipped\n"
-      "  --mode M[,M...]           forward | backward | full | forward_nograd | all\n"
-      "                            (default forward; all for --quick)\n"
+      "  --mode M[,M...]           forward (fwd+grad) | backward | full | forward_nograd\n"
+      "                            | all (default forward; all for --quick)\n"
       "  --dtype D[,D...]          bf16 | fp32 | fp16 | all (= bf16,fp32; default all)\n"
       "  --bt N, --vocab N         a single point (the other one defaults)\n"
       "  --iters N, --warmup N     timed and warm-up iterations (default 40 and 20;\n"
@@ -228,8 +228,10 @@ int build_points(const config *c, int gpu, point *pts) {
   if (gpu) {
     const int64_t dv[] = {32000, 128256, 262144};
     for (int i = 0; i < 3; i++) pts[n++] = (point){8192, dv[i], "V"};
-  } else {
+  } else { /* about 131 M elements each */
     pts[n++] = (point){4096, 32000, "V"};
+    pts[n++] = (point){1024, 128256, "V"};
+    pts[n++] = (point){512, 262144, "V"};
   }
   return n;
 }

@@ -305,8 +305,8 @@ int main(int argc, char **argv) {
   progress_done();
   printf("\n%d measurement%s, %d failure%s, %.1f s\n", measured, measured == 1 ? "" : "s",
          failures, failures == 1 ? "" : "s", now_s() - t0);
-  printf("eff = fewest bytes / median time: 2*BT*V*size (forward, backward, full), "
-         "BT*V*size (forward_nograd); ratio = eff / copy\n");
+  printf("eff = fewest bytes / median time: 2*BT*V*size (fwd+grad, backward, full step), "
+         "BT*V*size (fwd, no grad); ratio = eff / copy\n");
   if (csv.f) {
     fclose(csv.f);
     printf("CSV: %s\n", cfg.csv_path);

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """plot.py - draw benchmark CSVs (ours or the peer's) as PNG files.
 
-    python3 bench/plot.py bench/results/*.csv [--out-dir bench/results/plots]
+    python3 bench/plot.py bench/results/*.csv [--out-dir DIR]
+
+The plots go to --out-dir, by default a folder "plots" beside the first CSV:
+a run on your own CSV never overwrites the committed plots.
                           [--metrics speed,memory,eff_bandwidth] [--kernel cross_entropy]
 
 One PNG per (metric, sweep, dtype, mode), named <metric>_<sweep>_<dtype>_<mode>.png
@@ -58,10 +61,18 @@ def group_rows(rows, kernel: str, metrics: List[str]):
     return groups, copies
 
 
+def out_dir_for(csvs, out_dir=None) -> str:
+    """Where the plots of `csvs` go: out_dir, else plots/ beside the first CSV."""
+    if out_dir is not None:
+        return out_dir
+    return os.path.join(os.path.dirname(os.path.abspath(csvs[0])), "plots")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("csv", nargs="+", help="benchmark CSV files")
-    p.add_argument("--out-dir", default=os.path.join(HERE, "results", "plots"))
+    p.add_argument("--out-dir", default=None,
+                   help="where the plots go (default: plots/ beside the first CSV)")
     p.add_argument("--metrics", default="speed,memory,eff_bandwidth",
                    help="comma list of metric_name values to draw")
     p.add_argument("--kernel", default="cross_entropy")
@@ -84,6 +95,7 @@ def main(argv=None) -> int:
     if not groups:
         print("plot.py: no rows to draw for metrics " + ", ".join(metrics))
         return 0
+    args.out_dir = out_dir_for(args.csv, args.out_dir)
     os.makedirs(args.out_dir, exist_ok=True)
     device = ", ".join(sorted({r.get("gpu_name", "") for r in rows
                                if r.get("gpu_name") and

@@ -14,6 +14,10 @@
 #include "bench.h"
 
 const char *const mode_names[MODE_COUNT] = {"forward", "backward", "full", "forward_nograd"};
+/* What the table prints for each mode: "forward" is the peer's name (in the
+ * CSV) for what computes the loss and the gradient. */
+static const char *const mode_labels[MODE_COUNT] = {"fwd+grad", "backward", "full step",
+                                                    "fwd, no grad"};
 
 double now_s(void) {
   struct timespec ts;
@@ -129,7 +133,7 @@ void emit_result(const csv_out *csv, int gpu, const point *p, xent_dtype dt, int
   char shape[48];
   snprintf(shape, sizeof shape, "BT=%lld V=%lld", (long long)p->bt, (long long)p->vocab);
   printf("%-20s %-5s %-15s %10.4f  (%8.4f / %8.4f) %9.3f %10.3f %6.3f\n", shape, dtype_short(dt),
-         mode_names[mode], r->ms.p50, r->ms.p20, r->ms.p80, eff50 / unit, cp50 / unit,
+         mode_labels[mode], r->ms.p50, r->ms.p20, r->ms.p80, eff50 / unit, cp50 / unit,
          eff50 / cp50);
   fflush(stdout);
 

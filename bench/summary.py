@@ -63,7 +63,7 @@ def make_markdown(rows: Iterable[Dict[str, str]], ours: str = "xent",
     rows = [r for r in rows if r.get("kernel_name", "cross_entropy") == "cross_entropy"]
     # (mode, dtype, x_name, fixed) -> x -> provider -> metric -> (y50, y20, y80)
     table: Dict[Tuple, Dict[int, Dict[str, Dict[str, Tuple[float, float, float]]]]] = {}
-    devices, copies, stamps, versions = set(), [], [], set()
+    devices, copies, cpu_copies, stamps, versions = set(), [], [], [], set()
     for r in rows:
         cfg = results_csv.parse_config(r.get("extra_benchmark_config_str", ""))
         dtype = results_csv.normalize_dtype(cfg.get("dtype", "unknown"))
@@ -80,8 +80,8 @@ def make_markdown(rows: Iterable[Dict[str, str]], ours: str = "xent",
         on_cpu = cfg.get("device") == "cpu" or r.get("kernel_provider", "").endswith("_cpu")
         if not on_cpu and r.get("gpu_name"):
             devices.add(r["gpu_name"])
-        if r.get("metric_name") == "copy_bandwidth" and not on_cpu:
-            copies.append(vals[0])
+        if r.get("metric_name") == "copy_bandwidth":
+            (cpu_copies if on_cpu else copies).append(vals[0])
         if r.get("timestamp"):
             stamps.append(r["timestamp"])
         if r.get("xent_version"):
@@ -89,10 +89,17 @@ def make_markdown(rows: Iterable[Dict[str, str]], ours: str = "xent",
 
     lines = ["# cross_entropy: xent against its peers", ""]
     dev = ", ".join(sorted(devices)) or "CPU only"
-    copy = f"{statistics.median(copies):.3f} TB/s" if copies else "not measured"
+    if copies:
+        copy = f"{statistics.median(copies):.3f} TB/s"
+    elif cpu_copies:  # the CPU's own baseline: a memcpy of each point's bytes
+        copy = (f"{statistics.median(cpu_copies) * 1e3:.1f} GB/s (host memcpy of each point's "
+                "bytes, the median over points)")
+    else:
+        copy = "not measured"
     when = (min(stamps) if stamps else "?") + (
         f" to {max(stamps)}" if stamps and max(stamps) != min(stamps) else "")
-    lines.append(f"- device: **{dev}**; device-to-device copy bandwidth (same run): "
+    kind = "device-to-device copy" if copies else "copy"
+    lines.append(f"- device: **{dev}**; {kind} bandwidth (same run): "
                  f"**{copy}**; date: {when}; xent {', '.join(sorted(versions)) or '?'}")
     lines.append(f"- speedup `x` = provider median / **{ours}** median (above 1: {ours} is "
                  "faster); medians (CUDA events on the GPU, perf_counter or CLOCK_MONOTONIC on the "

@@ -4,13 +4,9 @@
 #   scripts/pytest.sh [pytest arguments...]
 #
 # Library: $BUILD/libxent.so (BUILD defaults to build), through XENT_LIBRARY;
-# the package from python/ through PYTHONPATH.
-# Python: python3 (or $PYTHON) when it has numpy and pytest already (machines
-# without network come with them); otherwise a virtual environment .venv is
-# made (seeing the system's packages, so an installed torch is used) and numpy
-# and pytest are installed into it, once.
-# torch is optional: its tests skip, with the reason, when it is missing, and
-# the GPU tests skip without a CUDA device.
+# the package from python/ through PYTHONPATH. Python: scripts/pyenv.sh (the
+# given PYTHON, a python3 that has everything, or .venv filled once). The GPU
+# tests skip without a CUDA device, the TRL test without trl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,23 +24,6 @@ export XENT_LIBRARY
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONDONTWRITEBYTECODE=1  # no __pycache__ folders in the source tree
 
-PY="${PYTHON:-python3}"
-if ! "$PY" -c "import numpy, pytest" >/dev/null 2>&1; then
-  if [ ! -x .venv/bin/python ]; then
-    echo "pytest.sh: $PY lacks numpy or pytest; making .venv"
-    "$PY" -m venv --system-site-packages .venv
-  fi
-  PY=.venv/bin/python
-  if ! "$PY" -c "import numpy, pytest" >/dev/null 2>&1; then
-    echo "pytest.sh: installing numpy and pytest into .venv"
-    "$PY" -m pip install -q numpy pytest
-  fi
-fi
-
-if "$PY" -c "import torch" >/dev/null 2>&1; then
-  echo "pytest.sh: $("$PY" -c 'import sys, torch; print(sys.executable, "torch", torch.__version__)')"
-else
-  echo "pytest.sh: $("$PY" -c 'import sys; print(sys.executable)') without torch: torch tests skip"
-fi
-
+PY=$(scripts/pyenv.sh | tail -1)
+echo "pytest.sh: $("$PY" -c 'import sys, torch; print(sys.executable, "torch", torch.__version__)')"
 exec "$PY" -m pytest -p no:cacheprovider -rs tests/python "$@"

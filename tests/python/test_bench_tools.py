@@ -1,0 +1,39 @@
+"""The benchmark's plotting and summary tools: where plots go by default, and what the
+summary says of a CPU run's copy baseline. Neither torch nor a GPU is needed."""
+
+import os
+import sys
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+
+import plot  # noqa: E402
+import summary  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+COMMITTED = os.path.normpath(os.path.join(HERE, "..", "..", "bench", "results", "plots"))
+
+
+def test_plots_go_beside_the_csv_not_into_the_committed_folder(tmp_path):
+    csv = tmp_path / "mine.csv"
+    assert plot.out_dir_for([str(csv)]) == str(tmp_path / "plots")
+    assert os.path.normpath(plot.out_dir_for([str(csv)])) != COMMITTED
+    assert plot.out_dir_for([str(csv)], "/elsewhere") == "/elsewhere"
+
+
+def _row(provider, metric, y, mode="forward"):
+    return {"kernel_name": "cross_entropy", "kernel_provider": provider,
+            "kernel_operation_mode": mode, "metric_name": metric, "metric_unit": "x",
+            "x_name": "V", "x_label": "vocab size", "x_value": "32000", "y_value_50": str(y),
+            "y_value_20": str(y), "y_value_80": str(y),
+            "extra_benchmark_config_str": '{"BT": 4096, "V": 32000, "dtype": "float32", '
+                                          '"device": "cpu"}',
+            "gpu_name": "", "timestamp": "2026-12-01 00:00:00", "xent_version": "0.1.0"}
+
+
+def test_summary_of_a_cpu_run_names_its_copy_baseline():
+    rows = [_row("xent_cpu", "speed", 10.0), _row("xent_cpu", "copy_bandwidth", 0.012),
+            _row("xent_cpu", "copy_share", 0.8), _row("torch_cpu", "speed", 40.0)]
+    md = summary.make_markdown(rows, ours="xent_cpu")
+    assert "not measured" not in md
+    assert "12.0 GB/s" in md
