@@ -329,6 +329,118 @@ XENT_API xent_status xent_backward_scale(void *grad, xent_dtype dtype, int64_t r
                                          const xent_exec *exec);
 
 /* ------------------------------------------------------------------------ */
+/* Fused linear cross-entropy: the LM head and the loss in one call          */
+/* ------------------------------------------------------------------------ */
+/*
+ * The logits are x_r W^T + b (hidden state x_r, the head's weight W of V x H
+ * in PyTorch's nn.Linear layout, optional bias b). xent computes them a
+ * chunk of rows at a time into a scratch buffer, runs the cross-entropy of
+ * each chunk with every option of xent_options, and turns the chunk's
+ * gradient into those of the hidden states, the weight and the bias before
+ * the next chunk overwrites it: the BT x V logits never exist at once.
+ *
+ *     dX_r = g_r W           dW = sum_r g_r^T x_r          db = sum_r g_r
+ *
+ * with g_r the gradient of the loss over row r's logits (xent_forward_grad's
+ * gradient), times the upstream gradient. On the GPU the matrix products
+ * run through cuBLASLt (loaded when first needed) in fp32 accumulation, the
+ * logits and g in the call's dtype; on the CPU through a CBLAS library
+ * (OpenBLAS; XENT_BLAS names another), every product in fp32.
+ *
+ * Chunks: xent_linear_options.chunk_rows rows at a time, or as many as fit
+ * in memory_budget bytes of scratch, or by default what fits in 1/16 of the
+ * materialised logits' bytes (at least 64 rows, as memory allows). Larger
+ * chunks run the products faster and, with a bf16/fp16 weight gradient,
+ * round it fewer times (once per chunk); smaller ones hold less.
+ *
+ * Token scaling (use_token_scaling, as in the peer library): each row's
+ * loss, z-loss and gradient are multiplied by the row's target probability
+ * p_y = exp(x'_y - lse), treated as a constant.
+ *
+ * The CUDA backend needs a scratch area of xent_linear_workspace_size()
+ * bytes: pass it in exec->workspace, or leave that NULL and xent takes it
+ * stream-ordered for the call. Target checking works as for the loss over
+ * logits, except that XENT_TARGETS_DEFERRED is not available: the checked
+ * mode waits for its verdict once the first chunk's logits are queued,
+ * before anything is written to the caller's buffers.
+ */
+
+typedef struct xent_linear_input {
+  const void *hidden;        /* rows x hidden_size, row r at hidden + r * hidden_stride elements */
+  int64_t rows;              /* BT >= 0                                                   */
+  int64_t hidden_size;       /* H >= 1                                                    */
+  int64_t hidden_stride;     /* elements between rows of hidden; 0 means hidden_size      */
+  const void *weight;        /* vocab x hidden_size, row j at weight + j * weight_stride  */
+  int64_t vocab;             /* V, 1 <= V <= INT32_MAX                                    */
+  int64_t weight_stride;     /* elements between rows of weight; 0 means hidden_size      */
+  const void *bias;          /* optional: vocab values; NULL: no bias                     */
+  xent_dtype dtype;          /* of hidden, weight, bias and the logits computed from them */
+  const void *targets;       /* rows class indices in [0, V), or ignore_index             */
+  xent_index_type target_type;
+  const float *class_weights; /* optional class weights, V finite floats                  */
+} xent_linear_input;
+
+typedef struct xent_linear_options {
+  int use_token_scaling;     /* 0 (default) or 1, see above                              */
+  int64_t chunk_rows;        /* rows per chunk; 0 (default): from memory_budget          */
+  size_t memory_budget;      /* bytes of scratch when chunk_rows is 0; 0 (default): 1/16
+                                of the logits' bytes                                     */
+} xent_linear_options;
+
+#define XENT_LINEAR_OPTIONS_INIT {0, 0, 0}
+
+/* How the weight's gradient is added up over the chunks. */
+typedef enum xent_accum {
+  /* Default: in grad_weight itself, in its dtype (a bf16 gradient takes one
+   * rounding per chunk; an fp32 one is exact in fp32). */
+  XENT_ACCUM_GRAD = 0,
+  /* In an fp32 V x H buffer of the workspace, rounded into grad_weight once
+   * at the end (the peer's accum_dtype=float32). Costs V * H * 4 bytes of
+   * scratch when grad_weight is not fp32 already. */
+  XENT_ACCUM_FP32 = 1
+} xent_accum;
+
+typedef struct xent_linear_grads {
+  void *hidden;              /* optional dL/dhidden: rows x H; NULL: not computed (frozen trunk) */
+  int64_t hidden_stride;     /* 0 means H                                                */
+  xent_dtype hidden_dtype;   /* the input's dtype or XENT_FLOAT32                        */
+  void *weight;              /* optional dL/dW: V x H; NULL: not computed (frozen head)  */
+  int64_t weight_stride;     /* 0 means H                                                */
+  xent_dtype weight_dtype;   /* the input's dtype or XENT_FLOAT32                        */
+  void *bias;                /* optional dL/db: V values (needs a bias)                  */
+  xent_dtype bias_dtype;     /* the input's dtype or XENT_FLOAT32                        */
+  int accumulate;            /* 0: overwrite the gradients; 1: add to what they hold     */
+  xent_accum weight_accum;   /* XENT_ACCUM_GRAD                                          */
+  const float *grad_output;  /* optional upstream gradient: 1 value (mean, sum) or rows
+                                values (none), on the inputs' side; NULL: 1              */
+  int64_t grad_output_count; /* 1 or rows when grad_output is set                        */
+} xent_linear_grads;
+
+/* Scratch bytes of the CUDA backend for this call (grads NULL: forward only).
+ * 0 when the arguments are invalid (xent_last_error() says why). */
+XENT_API size_t xent_linear_workspace_size(const xent_linear_input *in,
+                                           const xent_linear_options *lopt,
+                                           const xent_linear_grads *grads);
+
+/* The loss and the optional outputs of `out` (as for xent_forward) for
+ * evaluation: no gradient. lopt may be NULL (defaults). */
+XENT_API xent_status xent_linear_forward(const xent_linear_input *in, const xent_options *opt,
+                                         const xent_linear_options *lopt,
+                                         const xent_output *out, const xent_exec *exec);
+
+/* The loss, the outputs, and the gradients that `grads` asks for, in one
+ * pass. With reduction mean or sum the gradients are for grad_output (1
+ * when it is NULL): pass the real upstream gradient here, or scale the
+ * results later. With reduction none each row's gradient is scaled by its
+ * grad_output value. A call whose grads ask for nothing is a forward. */
+XENT_API xent_status xent_linear_forward_backward(const xent_linear_input *in,
+                                                  const xent_options *opt,
+                                                  const xent_linear_options *lopt,
+                                                  const xent_output *out,
+                                                  const xent_linear_grads *grads,
+                                                  const xent_exec *exec);
+
+/* ------------------------------------------------------------------------ */
 /* What this build and machine support                                       */
 /* ------------------------------------------------------------------------ */
 

@@ -67,6 +67,52 @@ xent_status xent_check_options(const xent_options *opt) {
   return XENT_OK;
 }
 
+xent_status xent_check_targets(const void *targets, xent_index_type type, int64_t rows) {
+  if (type != XENT_INT32 && type != XENT_INT64)
+    return xent_fail(XENT_ERROR_BAD_ENUM, "target_type %d is not a xent_index_type", (int)type);
+  if (rows > 0 && !targets) return xent_fail(XENT_ERROR_NULL_POINTER, "targets is NULL");
+  if (targets && !xent_aligned(targets, type == XENT_INT32 ? 4 : 8))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "targets is not aligned to its element size");
+  return XENT_OK;
+}
+
+xent_status xent_check_outputs(const xent_output *out, xent_reduction reduction, int64_t rows) {
+  if (!out->loss && !(reduction == XENT_REDUCTION_NONE && rows == 0))
+    return xent_fail(XENT_ERROR_NULL_POINTER, "out->loss is NULL");
+  const char *names[] = {"out->loss", "out->z_loss", "out->token_accuracy", "out->lse",
+                         "out->predicted"};
+  const void *ptrs[] = {out->loss, out->z_loss, out->token_accuracy, out->lse, out->predicted};
+  for (int i = 0; i < 5; i++)
+    if (ptrs[i] && !xent_aligned(ptrs[i], i == 4 ? 8 : 4))
+      return xent_fail(XENT_ERROR_BAD_ARGUMENT, "%s is not aligned to its %d-byte element",
+                       names[i], i == 4 ? 8 : 4);
+  return XENT_OK;
+}
+
+static int64_t target_at(const void *t, xent_index_type type, int64_t r) {
+  return type == XENT_INT32 ? (int64_t)((const int32_t *)t)[r] : ((const int64_t *)t)[r];
+}
+
+xent_status xent_check_host_targets(const void *targets, xent_index_type type, int64_t rows,
+                                    int64_t vocab, int64_t ignore_index, const float *weights,
+                                    const char *weights_name) {
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t y = target_at(targets, type, r);
+    if (y == ignore_index) continue;
+    if (y < 0 || y >= vocab)
+      return xent_fail(XENT_ERROR_BAD_TARGET,
+                       "targets[%lld] = %lld is outside [0, %lld) and is not ignore_index %lld",
+                       (long long)r, (long long)y, (long long)vocab, (long long)ignore_index);
+  }
+  if (weights) {
+    for (int64_t j = 0; j < vocab; j++)
+      if (!isfinite(weights[j]))
+        return xent_fail(XENT_ERROR_BAD_WEIGHT, "%s[%lld] = %g is not finite", weights_name,
+                         (long long)j, (double)weights[j]);
+  }
+  return XENT_OK;
+}
+
 void xent_sides_add(xent_sides *s, const char *name, const void *p) {
   if (!p || s->n == XENT_MAX_SIDES) return;
   s->name[s->n] = name;

@@ -20,6 +20,18 @@ xent_status xent_check_matrix(const char *name, const void *p, xent_dtype dtype,
 /* Every field of a xent_options. */
 xent_status xent_check_options(const xent_options *opt);
 
+/* The target pointer and type of a call with `rows` rows. */
+xent_status xent_check_targets(const void *targets, xent_index_type type, int64_t rows);
+
+/* The outputs of a forward: loss present (but for none over no rows), each
+ * aligned to its element. */
+xent_status xent_check_outputs(const xent_output *out, xent_reduction reduction, int64_t rows);
+
+/* Targets and class weights in host memory, read (the CPU backend's check). */
+xent_status xent_check_host_targets(const void *targets, xent_index_type type, int64_t rows,
+                                    int64_t vocab, int64_t ignore_index, const float *weights,
+                                    const char *weights_name);
+
 /* The pointers of one call, each classified once (host memory, or the device
  * that owns it). */
 enum { XENT_MAX_SIDES = 16 };

@@ -67,30 +67,6 @@ xent_status xent_get_device_info(int device, xent_device_info *info) {
 /* Forward                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static int64_t target_at(const void *t, xent_index_type type, int64_t r) {
-  return type == XENT_INT32 ? (int64_t)((const int32_t *)t)[r] : ((const int64_t *)t)[r];
-}
-
-static xent_status check_host_data(const xent_call *c) {
-  const xent_input *in = &c->in;
-  for (int64_t r = 0; r < in->rows; r++) {
-    int64_t y = target_at(in->targets, in->target_type, r);
-    if (y == c->opt.ignore_index) continue;
-    if (y < 0 || y >= in->vocab)
-      return xent_fail(XENT_ERROR_BAD_TARGET,
-                       "targets[%lld] = %lld is outside [0, %lld) and is not ignore_index %lld",
-                       (long long)r, (long long)y, (long long)in->vocab,
-                       (long long)c->opt.ignore_index);
-  }
-  if (in->weights) {
-    for (int64_t j = 0; j < in->vocab; j++)
-      if (!isfinite(in->weights[j]))
-        return xent_fail(XENT_ERROR_BAD_WEIGHT, "weights[%lld] = %g is not finite",
-                         (long long)j, (double)in->weights[j]);
-  }
-  return XENT_OK;
-}
-
 static xent_status forward_common(const xent_input *in, const xent_options *opt,
                                   const xent_output *out, const xent_exec *exec, int write_grad) {
   xent_clear_error();
@@ -110,29 +86,11 @@ static xent_status forward_common(const xent_input *in, const xent_options *opt,
   xent_status st = xent_check_matrix("logits", in->logits, in->dtype, in->rows, in->vocab,
                                      &c.in.row_stride);
   if (st) return st;
-  if (in->target_type != XENT_INT32 && in->target_type != XENT_INT64)
-    return xent_fail(XENT_ERROR_BAD_ENUM, "target_type %d is not a xent_index_type",
-                     (int)in->target_type);
-  if (in->rows > 0 && !in->targets)
-    return xent_fail(XENT_ERROR_NULL_POINTER, "targets is NULL");
-  if (in->targets && !xent_aligned(in->targets, in->target_type == XENT_INT32 ? 4 : 8))
-    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "targets is not aligned to its element size");
+  if ((st = xent_check_targets(in->targets, in->target_type, in->rows))) return st;
   if (in->weights && !xent_aligned(in->weights, 4))
     return xent_fail(XENT_ERROR_BAD_ARGUMENT, "weights is not 4-byte aligned");
   if ((st = xent_check_options(opt))) return st;
-
-  int per_row = opt->reduction == XENT_REDUCTION_NONE;
-  if (!out->loss && !(per_row && in->rows == 0))
-    return xent_fail(XENT_ERROR_NULL_POINTER, "out->loss is NULL");
-  {
-    const char *names[] = {"out->loss", "out->z_loss", "out->token_accuracy", "out->lse",
-                           "out->predicted"};
-    const void *ptrs[] = {out->loss, out->z_loss, out->token_accuracy, out->lse, out->predicted};
-    for (int i = 0; i < 5; i++)
-      if (ptrs[i] && !xent_aligned(ptrs[i], i == 4 ? 8 : 4))
-        return xent_fail(XENT_ERROR_BAD_ARGUMENT, "%s is not aligned to its %d-byte element",
-                         names[i], i == 4 ? 8 : 4);
-  }
+  if ((st = xent_check_outputs(out, opt->reduction, in->rows))) return st;
 
   if (opt->target_check == XENT_TARGETS_DEFERRED && !exec->verdict)
     return xent_fail(XENT_ERROR_NULL_POINTER,
@@ -150,7 +108,9 @@ static xent_status forward_common(const xent_input *in, const xent_options *opt,
   if ((st = xent_resolve(&c.ex, &sides))) return st;
 
   if (c.ex.backend == XENT_BACKEND_CPU) {
-    if ((st = check_host_data(&c))) return st;
+    if ((st = xent_check_host_targets(in->targets, in->target_type, in->rows, in->vocab,
+                                      opt->ignore_index, in->weights, "weights")))
+      return st;
     return xent_cpu_forward(&c);
   }
   if (c.ex.workspace && !xent_aligned(c.ex.workspace, 256))

@@ -5,6 +5,7 @@
 #define XENT_CPU_H
 
 #include "common/call.h"
+#include "common/linear.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -12,6 +13,7 @@ extern "C" {
 
 xent_status xent_cpu_forward(const xent_call *c);
 xent_status xent_cpu_backward(const xent_scale_call *c);
+xent_status xent_cpu_linear(const xent_linear_call *c);
 /* Threads a call with num_threads 0 uses. */
 int xent_cpu_default_threads(void);
 

@@ -27,6 +27,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "common/rowmath.h"
+#include "cpu/ce.h"
 #include "cpu/cpu.h"
 #include "cpu/simd.h"
 #include "cpu/threads.h"
@@ -334,29 +335,14 @@ static int64_t first_nan(const void *x, int64_t V, int dt) {
 /* Forward: rows                                                             */
 /* ------------------------------------------------------------------------ */
 
-typedef struct row_res {
-  float loss; /* loss terms before any reduction scale (z excluded) */
-  float z;
-  float lse;
-  int32_t correct;
-  int64_t pred;
-} row_res;
-
-typedef struct fwd_ctx {
-  const xent_call *c;
-  xent_consts k;
-  float scale_loss, scale_z;
-  float cap, inv_cap;
-  int mode;      /* 0: no sums, 1: sum x, 2: sum x and sum w x */
-  int want_pred; /* predicted or token_accuracy requested */
-  int prefetch;  /* prefetch the next row during pass 2 */
-} fwd_ctx;
+typedef xent_cpu_row row_res;
+typedef xent_cpu_ce fwd_ctx;
 
 /* One non-ignored row of logits x (dtype dt). E, F: per-thread scratch of
  * V floats each: E for x' or e unless they go over fp32 logits in place
  * (NULL then), F only with softcap and a gradient. */
 XENT_AI void row_forward(const fwd_ctx *f, void *x, int64_t y, float *E, float *F, row_res *o,
-                         const void *next, const int dt) {
+                         const void *next, float grad_scale, const int dt) {
   const xent_call *c = f->c;
   const int64_t V = c->in.vocab;
   const float *w = c->in.weights;
@@ -423,6 +409,12 @@ XENT_AI void row_forward(const fwd_ctx *f, void *x, int64_t y, float *E, float *
   const float lse = !p.nan && m == -INFINITY ? -INFINITY : xent_row_lse(&st);
   o->loss = xent_row_loss(&f->k, &st);
   o->z = xent_row_z(&f->k, lse);
+  if (f->token_scaling) { /* times p_y, a constant to the gradient */
+    const float py = expf((xy - m) - st.log_s);
+    o->loss *= py;
+    o->z *= py;
+    grad_scale *= py;
+  }
   o->lse = lse;
   o->pred = pred;
   o->correct = pred == y;
@@ -433,7 +425,10 @@ XENT_AI void row_forward(const fwd_ctx *f, void *x, int64_t y, float *E, float *
     return;
   }
   /* Pass 3. */
-  const xent_row_coef g = xent_row_coefficients(&f->k, &st, f->scale_loss, f->scale_z);
+  xent_row_coef g = xent_row_coefficients(&f->k, &st, f->scale_loss, f->scale_z);
+  g.a *= grad_scale;
+  g.b *= grad_scale;
+  g.c *= grad_scale;
   const float ap = g.a / s;
   const int64_t ye = eo && y < (V & ~(int64_t)15)
                         ? (y & ~(int64_t)15) + ((y & 1) << 3) + ((y & 15) >> 1)
@@ -475,7 +470,8 @@ XENT_AI void rows_forward(const fwd_ctx *f, int64_t r0, int64_t r1, float *E, fl
     const void *next = NULL;
     if (f->prefetch && r + 1 < r1 && target_of(c, r + 1) != c->opt.ignore_index)
       next = (const char *)x + (size_t)S * ESZ(dt);
-    row_forward(f, x, y, E, F, o, next, dt);
+    const float gs = f->row_grad_scale ? f->grad_scale * f->row_grad_scale[r] : f->grad_scale;
+    row_forward(f, x, y, E, F, o, next, gs, dt);
   }
 }
 
@@ -492,29 +488,27 @@ static void rows_f16(const fwd_ctx *f, int64_t r0, int64_t r1, float *E, float *
   rows_forward(f, r0, r1, E, F, res, DT_F16);
 }
 
-xent_status xent_cpu_forward(const xent_call *c) {
+void xent_cpu_ce_init(fwd_ctx *f, const xent_call *c) {
   const int64_t rows = c->in.rows, V = c->in.vocab;
   const float *w = c->in.weights;
-  const xent_output *out = &c->out;
-
-  fwd_ctx f;
-  memset(&f, 0, sizeof f);
-  f.c = c;
-  f.k.alpha = c->opt.label_smoothing;
-  f.k.eps = c->opt.label_smoothing / (float)V;
-  f.k.inv_vocab = 1.0f / (float)V;
-  f.k.s = c->opt.lse_square_scale;
-  f.k.weighted = w != NULL;
-  f.k.smoothing = c->opt.label_smoothing > 0.0f;
+  memset(f, 0, sizeof *f);
+  f->c = c;
+  f->k.alpha = c->opt.label_smoothing;
+  f->k.eps = c->opt.label_smoothing / (float)V;
+  f->k.inv_vocab = 1.0f / (float)V;
+  f->k.s = c->opt.lse_square_scale;
+  f->k.weighted = w != NULL;
+  f->k.smoothing = c->opt.label_smoothing > 0.0f;
   if (w) {
     double sw = 0.0;
     for (int64_t j = 0; j < V; j++) sw += w[j];
-    f.k.sum_w = (float)sw;
+    f->k.sum_w = (float)sw;
   }
-  f.mode = !f.k.smoothing ? 0 : (w ? 2 : 1);
-  f.want_pred = out->predicted != NULL || out->token_accuracy != NULL;
-  f.cap = c->opt.softcap;
-  f.inv_cap = c->opt.use_softcap ? 1.0f / c->opt.softcap : 0.0f;
+  f->mode = !f->k.smoothing ? 0 : (w ? 2 : 1);
+  f->want_pred = c->out.predicted != NULL || c->out.token_accuracy != NULL;
+  f->cap = c->opt.softcap;
+  f->inv_cap = c->opt.use_softcap ? 1.0f / c->opt.softcap : 0.0f;
+  f->grad_scale = 1.0f;
 
   /* N and W come from the targets alone (row order, double), so the
    * gradient scale is known before any row is processed. */
@@ -526,12 +520,21 @@ xent_status xent_cpu_forward(const xent_call *c) {
     n_valid++;
     if (w) w_valid += w[y];
   }
-  f.scale_loss = 1.0f;
-  f.scale_z = 1.0f;
+  f->n_valid = n_valid;
+  f->w_valid = w_valid;
+  f->scale_loss = 1.0f;
+  f->scale_z = 1.0f;
   if (c->opt.reduction == XENT_REDUCTION_MEAN && n_valid > 0) {
-    f.scale_loss = (float)(1.0 / (w ? w_valid : (double)n_valid));
-    f.scale_z = (float)(1.0 / (double)n_valid);
+    f->scale_loss = (float)(1.0 / (w ? w_valid : (double)n_valid));
+    f->scale_z = (float)(1.0 / (double)n_valid);
   }
+}
+
+xent_status xent_cpu_ce_rows(const fwd_ctx *fc, row_res *res) {
+  fwd_ctx f = *fc;
+  const xent_call *c = f.c;
+  const int64_t rows = c->in.rows, V = c->in.vocab;
+  if (rows == 0) return XENT_OK;
 
   /* Scratch: per thread, x' or e (V floats) unless they can go over fp32
    * logits in place, and with softcap and a gradient 1 - tanh^2. */
@@ -548,20 +551,13 @@ xent_status xent_cpu_forward(const xent_call *c) {
                ((size_t)384 << 10);
   void *scratch_raw = NULL;
   float *scratch = NULL;
-  row_res *res = NULL;
-  if (rows > 0) {
-    res = (row_res *)malloc((size_t)rows * sizeof(row_res));
-    if (per_thread) {
-      scratch_raw = malloc(per_thread * (size_t)nt * sizeof(float) + 64);
-      scratch = (float *)(((uintptr_t)scratch_raw + 63) & ~(uintptr_t)63);
-    }
-    if (!res || (per_thread && !scratch_raw)) {
-      free(res);
-      free(scratch_raw);
+  if (per_thread) {
+    scratch_raw = malloc(per_thread * (size_t)nt * sizeof(float) + 64);
+    if (!scratch_raw)
       return xent_fail(XENT_ERROR_OUT_OF_MEMORY,
-                       "CPU backend: cannot allocate %lld rows of results and %zu bytes of scratch",
-                       (long long)rows, per_thread * (size_t)nt * sizeof(float));
-    }
+                       "CPU backend: cannot allocate %zu bytes of scratch",
+                       per_thread * (size_t)nt * sizeof(float));
+    scratch = (float *)(((uintptr_t)scratch_raw + 63) & ~(uintptr_t)63);
   }
 
   void (*rows_fn)(const fwd_ctx *, int64_t, int64_t, float *, float *, row_res *) =
@@ -571,7 +567,7 @@ xent_status xent_cpu_forward(const xent_call *c) {
   int64_t chunk = rows / ((int64_t)nt * 16);
   if (chunk < 1) chunk = 1;
   if (chunk > 64) chunk = 64;
-  const int64_t nchunks = rows > 0 ? (rows + chunk - 1) / chunk : 0;
+  const int64_t nchunks = (rows + chunk - 1) / chunk;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
@@ -581,10 +577,8 @@ xent_status xent_cpu_forward(const xent_call *c) {
 #else
     const int tid = 0;
 #endif
-    /* scratch is NULL for rows == 0: no arithmetic on it then */
-    float *E = need_e && scratch ? scratch + per_thread * (size_t)tid : NULL;
-    float *F = need_f && scratch ? scratch + per_thread * (size_t)tid + vpad * (size_t)need_e
-                                 : NULL;
+    float *E = need_e ? scratch + per_thread * (size_t)tid : NULL;
+    float *F = need_f ? scratch + per_thread * (size_t)tid + vpad * (size_t)need_e : NULL;
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
@@ -593,7 +587,16 @@ xent_status xent_cpu_forward(const xent_call *c) {
       rows_fn(&f, r0, r1, E, F, res);
     }
   }
+  free(scratch_raw);
+  return XENT_OK;
+}
 
+void xent_cpu_ce_outputs(const fwd_ctx *f, const xent_call *c, const row_res *res) {
+  const int64_t rows = c->in.rows;
+  const xent_output *out = &c->out;
+  const int64_t n_valid = f->n_valid;
+  const double w_valid = f->w_valid;
+  const float *w = c->in.weights;
   if (c->opt.reduction == XENT_REDUCTION_NONE) {
     for (int64_t r = 0; r < rows; r++) {
       out->loss[r] = res[r].loss + res[r].z;
@@ -631,8 +634,20 @@ xent_status xent_cpu_forward(const xent_call *c) {
     for (int64_t r = 0; r < rows; r++) out->predicted[r] = res[r].pred;
   if (out->lse)
     for (int64_t r = 0; r < rows; r++) out->lse[r] = res[r].lse;
-  free(scratch_raw);
-  free(res);
-  return XENT_OK;
 }
 
+xent_status xent_cpu_forward(const xent_call *c) {
+  fwd_ctx f;
+  xent_cpu_ce_init(&f, c);
+  row_res *res = NULL;
+  if (c->in.rows > 0) {
+    res = (row_res *)malloc((size_t)c->in.rows * sizeof(row_res));
+    if (!res)
+      return xent_fail(XENT_ERROR_OUT_OF_MEMORY, "CPU backend: cannot allocate %lld rows of results",
+                       (long long)c->in.rows);
+  }
+  xent_status st = xent_cpu_ce_rows(&f, res);
+  if (st == XENT_OK) xent_cpu_ce_outputs(&f, c, res);
+  free(res);
+  return st;
+}

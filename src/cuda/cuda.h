@@ -6,6 +6,7 @@
 #define XENT_CUDA_H
 
 #include "common/call.h"
+#include "common/linear.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -15,6 +16,7 @@ extern "C" {
 int xent_cuda_built(void);
 xent_status xent_cuda_forward(const xent_call *c);
 xent_status xent_cuda_backward(const xent_scale_call *c);
+xent_status xent_cuda_linear(const xent_linear_call *c);
 /* Device ordinal that owns `p`, or -1 for host memory, NULL or no CUDA. */
 int xent_cuda_pointer_device(const void *p);
 void xent_cuda_fill_info(xent_info *info);

@@ -24,6 +24,7 @@
 #include "common/workspace.h"
 #include "cuda/cuda.h"
 #include "cuda/device.cuh"
+#include "cuda/forward.cuh"
 #include "cuda/kernel_table.cuh"
 #include "cuda/kernels/count.cuh"
 #include "cuda/kernels/finalize.cuh"
@@ -159,14 +160,15 @@ xent_status launch_forward(const xent_plan &l, const dev_props &dp, xent_dtype d
   return XENT_OK;
 }
 
-const float kNaN = __builtin_nanf("");
+}  // namespace
 
-xent_status forward_rows0(const xent_call *c, cudaStream_t stream) {
-  if (c->opt.reduction == XENT_REDUCTION_NONE) return XENT_OK;
-  const float empty = c->opt.empty_mean == XENT_EMPTY_MEAN_ZERO ? 0.0f : kNaN;
-  const float lv = c->opt.reduction == XENT_REDUCTION_MEAN ? empty : 0.0f;
-  fill_kernel<<<1, 1, 0, stream>>>(c->out.loss, c->out.z_loss, c->out.token_accuracy, lv, lv,
-                                   empty);
+xent_status launch_empty_outputs(const xent_options &opt, const xent_output &out,
+                                cudaStream_t stream) {
+  if (opt.reduction == XENT_REDUCTION_NONE) return XENT_OK;
+  const float nan = __builtin_nanf("");
+  const float empty = opt.empty_mean == XENT_EMPTY_MEAN_ZERO ? 0.0f : nan;
+  const float lv = opt.reduction == XENT_REDUCTION_MEAN ? empty : 0.0f;
+  fill_kernel<<<1, 1, 0, stream>>>(out.loss, out.z_loss, out.token_accuracy, lv, lv, empty);
   CK(cudaGetLastError());
   return XENT_OK;
 }
@@ -195,6 +197,142 @@ xent_status plan_call(const xent_call *c, const dev_props &dp, xent_plan *l) {
   return XENT_OK;
 }
 
+ce_workspace carve_workspace(char *ws, int64_t rows) {
+  ce_workspace w;
+  w.hdr = (ws_header *)ws;
+  w.arr = xent_ws_row_array_bytes(rows);
+  w.partials = ws ? (float *)(ws + XENT_WS_HEADER_BYTES) : NULL;
+  w.loss = ws ? (float *)(ws + XENT_WS_HEADER_BYTES + XENT_WS_PARTIAL_BYTES) : NULL;
+  w.z = ws ? (float *)((char *)w.loss + w.arr) : NULL;
+  w.acc = ws ? (float *)((char *)w.z + w.arr) : NULL;
+  return w;
+}
+
+xent_status launch_count(const xent_call *c, const ce_workspace &w, xent_verdict *verdict,
+                         cudaStream_t stream) {
+  const xent_input *in = &c->in;
+  CK(cudaMemsetAsync(w.hdr, 0, XENT_WS_HEADER_BYTES, stream));
+  prep_params q;
+  q.targets = in->targets;
+  q.target64 = in->target_type == XENT_INT64;
+  q.rows = in->rows;
+  q.vocab = (int)in->vocab;
+  q.ignore_index = c->opt.ignore_index;
+  q.weights = in->weights;
+  q.mean = c->opt.reduction == XENT_REDUCTION_MEAN;
+  q.hdr = w.hdr;
+  q.partials = w.partials;
+  q.host_verdict = NULL;
+  xent_status st;
+  if (verdict && (st = verdict_prepare(verdict, c->exp.verdict_copy != 0, &q.host_verdict)))
+    return st;
+  int64_t span = in->rows > in->vocab || !in->weights ? in->rows : in->vocab;
+  int64_t blocks = (span + kCountThreads - 1) / kCountThreads;
+  if (blocks > kCountMaxBlocks) blocks = kCountMaxBlocks;
+  if (blocks < 1) blocks = 1;
+  count_kernel<<<(unsigned)blocks, kCountThreads, 0, stream>>>(q);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return cuda_fail(e, "count_kernel launch");
+  if (verdict && (st = verdict_mark(verdict, w.hdr, stream))) return st;
+  return XENT_OK;
+}
+
+void fill_params(fwd_params *p, const xent_call *c) {
+  const xent_input *in = &c->in;
+  const xent_options *opt = &c->opt;
+  const xent_output *out = &c->out;
+  const int es = (int)xent_dtype_size(in->dtype);
+  memset(p, 0, sizeof *p);
+  p->x = (char *)in->logits;
+  p->rows = in->rows;
+  p->stride_bytes = in->row_stride * (int64_t)es;
+  p->vocab = (int)in->vocab;
+  p->cluster = 1;
+  p->targets = in->targets;
+  p->target64 = in->target_type == XENT_INT64;
+  p->ignore_index = opt->ignore_index;
+  p->weights = in->weights;
+  p->k.alpha = opt->label_smoothing;
+  p->k.eps = opt->label_smoothing / (float)in->vocab;
+  p->k.inv_vocab = 1.0f / (float)in->vocab;
+  p->k.s = opt->lse_square_scale;
+  p->k.sum_w = 0.0f;
+  p->k.weighted = in->weights != NULL;
+  p->k.smoothing = opt->label_smoothing > 0.0f;
+  p->use_softcap = opt->use_softcap;
+  p->softcap = opt->softcap;
+  p->inv_softcap = opt->use_softcap ? 1.0f / opt->softcap : 0.0f;
+  p->write_grad = c->write_grad;
+  p->need_argmax = out->token_accuracy || out->predicted;
+  p->per_row_out = opt->reduction == XENT_REDUCTION_NONE;
+  p->lse_out = out->lse;
+  p->pred_out = out->predicted;
+}
+
+xent_status launch_rows(const xent_plan &l, const dev_props &dp, const xent_call *c, fwd_params p,
+                        float *seg_base, size_t seg_pitch_bytes, cudaStream_t stream) {
+  const long long segs = l.kernel == XENT_KERNEL_SEGMENT ? l.segments : 0;
+  const bool merge = segs > 1;
+  if (segs > 0) { /* equal segments of the rows' whole vectors */
+    const long long nvec = c->in.vocab * (long long)xent_dtype_size(c->in.dtype) / 16;
+    p.seg_stats = merge ? seg_base : NULL;
+    p.seg_pitch = (int64_t)(seg_pitch_bytes / sizeof(float));
+    p.seg_count = (int)segs;
+    p.seg_vecs = (int)((nvec + segs - 1) / segs);
+  }
+  xent_status st = launch_forward(l, dp, c->in.dtype, p, stream, c->exp);
+  if (st || !merge) return st;
+  /* the segments merged, a thread per row */
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t cfg = plain_config((unsigned)((c->in.rows + 255) / 256), 256, stream,
+                                              attr, dp.sm_major, c->exp);
+  cudaError_t e = cudaLaunchKernelEx(&cfg, fwd_segment_merge, p);
+  if (e != cudaSuccess) return cuda_fail(e, "fwd_segment_merge launch");
+  return XENT_OK;
+}
+
+finalize_params finalize_for(const xent_call *c, const fwd_params &p, const ce_workspace &w) {
+  finalize_params f;
+  const bool mean = c->opt.reduction == XENT_REDUCTION_MEAN;
+  f.hdr = p.hdr;
+  f.verdict = p.verdict;
+  f.count = !p.hdr && (mean || c->out.token_accuracy);
+  f.row_loss = w.loss;
+  f.row_z = (c->opt.lse_square_scale > 0.0f || c->out.z_loss) ? w.z : NULL;
+  f.row_acc = c->out.token_accuracy ? w.acc : NULL;
+  f.rows = c->in.rows;
+  f.mean = mean;
+  f.empty_zero = c->opt.empty_mean == XENT_EMPTY_MEAN_ZERO;
+  f.nan_if_rejected = c->opt.target_check == XENT_TARGETS_DEFERRED;
+  f.weighted = c->in.weights != NULL;
+  f.loss = c->out.loss;
+  f.z_loss = c->out.z_loss;
+  f.acc = c->out.token_accuracy;
+  return f;
+}
+
+xent_status launch_finalize(const finalize_params &f, const dev_props &dp,
+                            const xent_experimental &exp, cudaStream_t stream) {
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t cfg = plain_config(1, kFinalizeThreads, stream, attr, dp.sm_major, exp);
+  cudaError_t e = cudaLaunchKernelEx(&cfg, finalize_kernel, f);
+  if (e != cudaSuccess) return cuda_fail(e, "finalize_kernel launch");
+  return XENT_OK;
+}
+
+xent_status refuse_capture(cudaStream_t stream) {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  CK(cudaStreamIsCapturing(stream, &cs));
+  if (cs != cudaStreamCaptureStatusNone)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "target_check is XENT_TARGETS_CHECKED or DEFERRED, which wait for the "
+                     "device, but the stream is being captured: use XENT_TARGETS_UNCHECKED in "
+                     "CUDA graphs");
+  return XENT_OK;
+}
+
+namespace {
+
 xent_status forward_impl(const xent_call *c, const dev_props &dp) {
   const xent_input *in = &c->in;
   const xent_options *opt = &c->opt;
@@ -204,17 +342,9 @@ xent_status forward_impl(const xent_call *c, const dev_props &dp) {
   const bool deferred = opt->target_check == XENT_TARGETS_DEFERRED;
   const bool checked = opt->target_check == XENT_TARGETS_CHECKED || deferred;
   xent_verdict *verdict = checked ? verdict_for(c) : NULL;
-
-  if (checked) {
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    CK(cudaStreamIsCapturing(stream, &cs));
-    if (cs != cudaStreamCaptureStatusNone)
-      return xent_fail(XENT_ERROR_BAD_ARGUMENT,
-                       "target_check is XENT_TARGETS_CHECKED or DEFERRED, which wait for the "
-                       "device, but the stream is being captured: use XENT_TARGETS_UNCHECKED in "
-                       "CUDA graphs");
-  }
-  if (in->rows == 0) return forward_rows0(c, stream);
+  xent_status st;
+  if (checked && (st = refuse_capture(stream))) return st;
+  if (in->rows == 0) return launch_empty_outputs(c->opt, c->out, stream);
 
   const bool mean = opt->reduction == XENT_REDUCTION_MEAN;
   const bool per_row = opt->reduction == XENT_REDUCTION_NONE;
@@ -226,16 +356,13 @@ xent_status forward_impl(const xent_call *c, const dev_props &dp) {
   const bool need_count = weighted || checked || (c->write_grad && mean);
 
   xent_plan l;
-  xent_status st = plan_call(c, dp, &l);
-  if (st) return st;
+  if ((st = plan_call(c, dp, &l))) return st;
   /* The staged path's row counter lives in the workspace header, zeroed
    * with it. */
   const bool ticket = l.kernel == XENT_KERNEL_STAGED;
   /* The segment path: rows of two segments leave theirs in the row arrays,
    * for the merge kernel; a row of one is finished by its block. */
-  const int es = (int)xent_dtype_size(in->dtype);
-  const long long segs = l.kernel == XENT_KERNEL_SEGMENT ? l.segments : 0;
-  const bool merge = segs > 1;
+  const bool merge = l.kernel == XENT_KERNEL_SEGMENT && l.segments > 1;
   const bool need_ws = need_count || !per_row || ticket || merge;
 
   char *ws = NULL;
@@ -248,124 +375,29 @@ xent_status forward_impl(const xent_call *c, const dev_props &dp) {
       owned = true;
     }
   }
-  ws_header *hdr = (ws_header *)ws;
-  const size_t arr = xent_ws_row_array_bytes(in->rows);
-  float *ws_loss = ws ? (float *)(ws + XENT_WS_HEADER_BYTES + XENT_WS_PARTIAL_BYTES) : NULL;
-  float *ws_z = ws ? (float *)((char *)ws_loss + arr) : NULL;
-  float *ws_acc = ws ? (float *)((char *)ws_z + arr) : NULL;
+  const ce_workspace w = carve_workspace(ws, in->rows);
 
   st = XENT_OK;
   do {
-    if (need_count || ticket) {
-      cudaError_t e = cudaMemsetAsync(hdr, 0, XENT_WS_HEADER_BYTES, stream);
+    if (need_count) {
+      if ((st = launch_count(c, w, verdict, stream))) break;
+    } else if (ticket) {
+      cudaError_t e = cudaMemsetAsync(w.hdr, 0, XENT_WS_HEADER_BYTES, stream);
       if (e != cudaSuccess) {
         st = cuda_fail(e, "cudaMemsetAsync");
         break;
       }
     }
-    if (need_count) {
-      prep_params q;
-      q.targets = in->targets;
-      q.target64 = in->target_type == XENT_INT64;
-      q.rows = in->rows;
-      q.vocab = (int)in->vocab;
-      q.ignore_index = opt->ignore_index;
-      q.weights = in->weights;
-      q.mean = mean;
-      q.hdr = hdr;
-      q.partials = (float *)(ws + XENT_WS_HEADER_BYTES);
-      q.host_verdict = NULL;
-      if (checked && (st = verdict_prepare(verdict, c->exp.verdict_copy != 0, &q.host_verdict)))
-        break;
-      int64_t span = in->rows > in->vocab || !weighted ? in->rows : in->vocab;
-      int64_t blocks = (span + kCountThreads - 1) / kCountThreads;
-      if (blocks > kCountMaxBlocks) blocks = kCountMaxBlocks;
-      if (blocks < 1) blocks = 1;
-      count_kernel<<<(unsigned)blocks, kCountThreads, 0, stream>>>(q);
-      cudaError_t e = cudaGetLastError();
-      if (e != cudaSuccess) {
-        st = cuda_fail(e, "count_kernel launch");
-        break;
-      }
-      if (checked && (st = verdict_mark(verdict, hdr, stream))) break;
-    }
-
     fwd_params p;
-    memset(&p, 0, sizeof p);
-    p.x = (char *)in->logits;
-    p.rows = in->rows;
-    p.stride_bytes = in->row_stride * (int64_t)es;
-    p.vocab = (int)in->vocab;
-    p.cluster = 1;
-    p.targets = in->targets;
-    p.target64 = in->target_type == XENT_INT64;
-    p.ignore_index = opt->ignore_index;
-    p.weights = in->weights;
-    p.k.alpha = opt->label_smoothing;
-    p.k.eps = opt->label_smoothing / (float)in->vocab;
-    p.k.inv_vocab = 1.0f / (float)in->vocab;
-    p.k.s = opt->lse_square_scale;
-    p.k.sum_w = 0.0f;
-    p.k.weighted = weighted;
-    p.k.smoothing = opt->label_smoothing > 0.0f;
-    p.use_softcap = opt->use_softcap;
-    p.softcap = opt->softcap;
-    p.inv_softcap = opt->use_softcap ? 1.0f / opt->softcap : 0.0f;
-    p.write_grad = c->write_grad;
-    p.need_argmax = out->token_accuracy || out->predicted;
-    p.per_row_out = per_row;
-    p.hdr = need_count ? hdr : NULL;
-    p.verdict = checked ? hdr : NULL;
-    p.row_ticket = ticket ? &hdr->next_row : NULL;
-    p.row_loss = per_row ? out->loss : ws_loss;
-    p.row_z = per_row ? out->z_loss : ((opt->lse_square_scale > 0.0f || out->z_loss) ? ws_z : NULL);
-    p.row_acc = per_row ? out->token_accuracy : (out->token_accuracy ? ws_acc : NULL);
-    p.lse_out = out->lse;
-    p.pred_out = out->predicted;
-    if (segs > 0) { /* equal segments of the rows' whole vectors */
-      const long long nvec = in->vocab * es / 16;
-      p.seg_stats = merge ? ws_loss : NULL;
-      p.seg_pitch = (int64_t)(arr / sizeof(float));
-      p.seg_count = (int)segs;
-      p.seg_vecs = (int)((nvec + segs - 1) / segs);
-    }
-    if ((st = launch_forward(l, dp, in->dtype, p, stream, c->exp))) break;
-
-    if (merge) { /* the segments merged, a thread per row */
-      cudaLaunchAttribute attr[1];
-      const cudaLaunchConfig_t cfg = plain_config((unsigned)((in->rows + 255) / 256), 256, stream,
-                                                  attr, dp.sm_major, c->exp);
-      cudaError_t e = cudaLaunchKernelEx(&cfg, fwd_segment_merge, p);
-      if (e != cudaSuccess) {
-        st = cuda_fail(e, "fwd_segment_merge launch");
-        break;
-      }
-    }
-    if (!per_row) {
-      finalize_params f;
-      f.hdr = p.hdr;
-      f.verdict = p.verdict;
-      f.count = !p.hdr && (mean || out->token_accuracy);
-      f.row_loss = ws_loss;
-      f.row_z = p.row_z;
-      f.row_acc = p.row_acc;
-      f.rows = in->rows;
-      f.mean = mean;
-      f.empty_zero = opt->empty_mean == XENT_EMPTY_MEAN_ZERO;
-      f.nan_if_rejected = deferred;
-      f.weighted = weighted;
-      f.loss = out->loss;
-      f.z_loss = out->z_loss;
-      f.acc = out->token_accuracy;
-      cudaLaunchAttribute attr[1];
-      const cudaLaunchConfig_t cfg =
-          plain_config(1, kFinalizeThreads, stream, attr, dp.sm_major, c->exp);
-      cudaError_t e = cudaLaunchKernelEx(&cfg, finalize_kernel, f);
-      if (e != cudaSuccess) {
-        st = cuda_fail(e, "finalize_kernel launch");
-        break;
-      }
-    }
+    fill_params(&p, c);
+    p.hdr = need_count ? w.hdr : NULL;
+    p.verdict = checked ? w.hdr : NULL;
+    p.row_ticket = ticket ? &w.hdr->next_row : NULL;
+    p.row_loss = per_row ? out->loss : w.loss;
+    p.row_z = per_row ? out->z_loss : ((opt->lse_square_scale > 0.0f || out->z_loss) ? w.z : NULL);
+    p.row_acc = per_row ? out->token_accuracy : (out->token_accuracy ? w.acc : NULL);
+    if ((st = launch_rows(l, dp, c, p, w.loss, w.arr, stream))) break;
+    if (!per_row && (st = launch_finalize(finalize_for(c, p, w), dp, c->exp, stream))) break;
   } while (0);
   /* Every kernel of the call is queued behind the verdict (written by the
    * count kernel, or copied back, before them). */

@@ -69,6 +69,12 @@ struct fwd_params {
                               + r] (for fwd_segment_merge); NULL for rows of
                               one                                             */
   int64_t seg_pitch;
+  /* the fused linear loss (linear.cu); NULL, NULL, 0 otherwise: */
+  const float *grad_scale;     /* the upstream gradient (1 value), times every
+                                  gradient coefficient                         */
+  const float *row_grad_scale; /* reduction none: one per row, times the row's */
+  int token_scaling;           /* row loss, z and gradient times p_y (every
+                                  thread of a row loads x'_y then)             */
   int seg_count;           /* fwd_segment: segments a row, of seg_vecs vectors
                               (the last one of a row may hold fewer)          */
   int seg_vecs;

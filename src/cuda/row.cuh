@@ -233,6 +233,11 @@ __device__ __forceinline__ row_scales load_scales(const fwd_params &p) {
     rs.loss = p.hdr->scale_loss;
     rs.z = p.hdr->scale_z;
   }
+  if (p.grad_scale) { /* only the gradient's scales: the outputs take theirs later */
+    const float g = __ldg(p.grad_scale);
+    rs.loss *= g;
+    rs.z *= g;
+  }
   return rs;
 }
 
@@ -252,15 +257,19 @@ __device__ __forceinline__ grad_coef finish_row(const fwd_params &p, const row_s
   st.wy = p.weights ? __ldg(p.weights + y) : 1.0f;
   const float lse = xent_row_lse(&st);
   xent_row_coef c = xent_row_coefficients(&k, &st, scale_loss, scale_z);
+  /* the fused linear loss's factors: p_y (detached) and the row's upstream
+   * gradient */
+  const float py = p.token_scaling ? expf((xy - r.m) - st.log_s) : 1.0f;
+  const float f = p.row_grad_scale ? py * __ldg(p.row_grad_scale + row) : py;
   grad_coef gc;
-  gc.a_s = c.a / r.s;
-  gc.b = c.b;
-  gc.c = c.c;
+  gc.a_s = c.a * f / r.s;
+  gc.b = c.b * f;
+  gc.c = c.c * f;
   gc.m = r.m;
   gc.y = y;
   if (write_outputs) {
-    float lp = xent_row_loss(&k, &st);
-    float z = xent_row_z(&k, lse);
+    float lp = xent_row_loss(&k, &st) * py;
+    float z = xent_row_z(&k, lse) * py;
     float acc = (r.ai == y) ? 1.0f : 0.0f;
     if (p.per_row_out) {
       p.row_loss[row] = lp + z;

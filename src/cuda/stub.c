@@ -17,6 +17,11 @@ xent_status xent_cuda_backward(const xent_scale_call *c) {
   return xent_fail(XENT_ERROR_UNSUPPORTED, "this build of xent has no CUDA backend");
 }
 
+xent_status xent_cuda_linear(const xent_linear_call *c) {
+  (void)c;
+  return xent_fail(XENT_ERROR_UNSUPPORTED, "this build of xent has no CUDA backend");
+}
+
 int xent_cuda_pointer_device(const void *p) {
   (void)p;
   return -1;

@@ -469,7 +469,7 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
       continue;
     }
     const int y = (int)e.y;
-    const float xy = writer ? load_xy<T, GENERAL>(p, sl.rowp, y) : 0.0f;
+    const float xy = writer || p.token_scaling ? load_xy<T, GENERAL>(p, sl.rowp, y) : 0.0f;
     const int kept = sl.chunks - staged_reused(p, sl.chunks);
     const int held = staged_held<HM>(p, kept);
     uint4 hold[HM > 0 ? HM : 1][U]; /* chunks 0 to held - 1, for pass 2 */

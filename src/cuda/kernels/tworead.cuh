@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
      * stays in that thread's registers: in shared memory, the next row's
      * write could race with a late reader of this one. */
     const bool writer = tid == 0;
-    const float xy = writer ? load_xy<T, GENERAL>(p, rowp, y) : 0.0f;
+    const float xy = writer || p.token_scaling ? load_xy<T, GENERAL>(p, rowp, y) : 0.0f;
 
     part q = part_empty();
 #define XENT_TWOREAD_PASS1(A, S) \

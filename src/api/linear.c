@@ -1,0 +1,225 @@
+/*
+ * linear.c - the public fused linear cross-entropy API: argument checking,
+ * the chunk plan, and dispatch to a backend. As in xent.c, every argument
+ * the host can see is checked before anything the caller owns is written.
+ */
+#include <string.h>
+
+#include "api/checks.h"
+#include "common/dtype.h"
+#include "common/error.h"
+#include "common/linear.h"
+#include "cpu/cpu.h"
+#include "cuda/cuda.h"
+
+/* A rows x cols matrix named `name` with its stride field `stride_name`. */
+static xent_status check_dense(const char *name, const char *stride_name, const void *p,
+                               xent_dtype dtype, int64_t rows, int64_t cols, int64_t *stride,
+                               int required) {
+  const size_t es = xent_dtype_size(dtype);
+  if (*stride == 0) *stride = cols;
+  if (*stride < cols)
+    return xent_fail(XENT_ERROR_BAD_STRIDE, "%s is %lld, smaller than hidden_size %lld",
+                     stride_name, (long long)*stride, (long long)cols);
+  if (rows > 0 && (uint64_t)(rows - 1) > (uint64_t)((INT64_MAX / (int64_t)es - cols) / *stride))
+    return xent_fail(XENT_ERROR_BAD_STRIDE, "%s: %lld rows x stride %lld overflows the "
+                     "addressable extent", name, (long long)rows, (long long)*stride);
+  if (required && !p) return xent_fail(XENT_ERROR_NULL_POINTER, "%s is NULL", name);
+  if (p && !xent_aligned(p, es))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "%s is not aligned to its %zu-byte element", name,
+                     es);
+  return XENT_OK;
+}
+
+static const char *dtype_name(xent_dtype d) {
+  return d == XENT_FLOAT32 ? "float32" : d == XENT_BFLOAT16 ? "bfloat16" : "float16";
+}
+
+/* A gradient's dtype: the input's, or fp32. */
+static xent_status check_grad_dtype(const char *name, xent_dtype g, xent_dtype in) {
+  if (xent_dtype_size(g) == 0)
+    return xent_fail(XENT_ERROR_BAD_ENUM, "%s %d is not a xent_dtype", name, (int)g);
+  if (g != in && g != XENT_FLOAT32)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "%s is %s; it must be the input's dtype (%s) or float32", name,
+                     dtype_name(g), dtype_name(in));
+  return XENT_OK;
+}
+
+static int fp32_accumulator(const xent_linear_grads *g) {
+  return g && g->weight && g->weight_accum == XENT_ACCUM_FP32 && g->weight_dtype != XENT_FLOAT32;
+}
+
+static xent_status shape_checks(const xent_linear_input *in) {
+  if (xent_dtype_size(in->dtype) == 0)
+    return xent_fail(XENT_ERROR_BAD_ENUM, "dtype %d is not a xent_dtype", (int)in->dtype);
+  if (in->rows < 0)
+    return xent_fail(XENT_ERROR_BAD_SHAPE, "rows is %lld; it must be >= 0", (long long)in->rows);
+  if (in->hidden_size < 1 || in->hidden_size > INT32_MAX)
+    return xent_fail(XENT_ERROR_BAD_SHAPE, "hidden_size is %lld; it must be in [1, %d]",
+                     (long long)in->hidden_size, INT32_MAX);
+  if (in->vocab < 1 || in->vocab > INT32_MAX)
+    return xent_fail(XENT_ERROR_BAD_SHAPE, "vocab is %lld; it must be in [1, %d]",
+                     (long long)in->vocab, INT32_MAX);
+  return XENT_OK;
+}
+
+size_t xent_linear_workspace_size(const xent_linear_input *in, const xent_linear_options *lopt,
+                                  const xent_linear_grads *grads) {
+  xent_clear_error();
+  if (!in) {
+    xent_fail(XENT_ERROR_NULL_POINTER, "in (xent_linear_input) is NULL");
+    return 0;
+  }
+  if (shape_checks(in)) return 0;
+  xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
+  if (lopt) lo = *lopt;
+  xent_linear_plan plan;
+  if (xent_linear_make_plan(in->rows, in->vocab, in->hidden_size, xent_dtype_size(in->dtype),
+                            &lo, grads && grads->bias, fp32_accumulator(grads), &plan)) {
+    xent_fail(XENT_ERROR_BAD_ARGUMENT, "memory_budget %zu bytes cannot hold one row of logits",
+              lo.memory_budget);
+    return 0;
+  }
+  return plan.total;
+}
+
+static xent_status linear_common(const xent_linear_input *in, const xent_options *opt,
+                                 const xent_linear_options *lopt, const xent_output *out,
+                                 const xent_linear_grads *grads, const xent_exec *exec) {
+  xent_clear_error();
+  if (!in) return xent_fail(XENT_ERROR_NULL_POINTER, "in (xent_linear_input) is NULL");
+  if (!opt) return xent_fail(XENT_ERROR_NULL_POINTER, "opt (xent_options) is NULL");
+  if (!out) return xent_fail(XENT_ERROR_NULL_POINTER, "out (xent_output) is NULL");
+  if (!exec) return xent_fail(XENT_ERROR_NULL_POINTER, "exec (xent_exec) is NULL");
+
+  xent_linear_call c;
+  memset(&c, 0, sizeof c);
+  c.in = *in;
+  c.opt = *opt;
+  c.out = *out;
+  c.ex = *exec;
+  xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
+  if (lopt) lo = *lopt;
+  c.lo = lo;
+
+  xent_status st = shape_checks(in);
+  if (st) return st;
+  const int64_t rows = in->rows, H = in->hidden_size, V = in->vocab;
+  if ((st = check_dense("hidden", "hidden_stride", in->hidden, in->dtype, rows, H,
+                        &c.in.hidden_stride, rows > 0)))
+    return st;
+  if ((st = check_dense("weight", "weight_stride", in->weight, in->dtype, V, H,
+                        &c.in.weight_stride, 1)))
+    return st;
+  if (in->bias && !xent_aligned(in->bias, xent_dtype_size(in->dtype)))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "bias is not aligned to its element");
+  if ((st = xent_check_targets(in->targets, in->target_type, rows))) return st;
+  if (in->class_weights && !xent_aligned(in->class_weights, 4))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "class_weights is not 4-byte aligned");
+  if ((st = xent_check_options(opt))) return st;
+  if (opt->target_check == XENT_TARGETS_DEFERRED)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "target_check XENT_TARGETS_DEFERRED is not available for the fused linear "
+                     "loss; use XENT_TARGETS_CHECKED or XENT_TARGETS_UNCHECKED");
+  if ((st = xent_check_outputs(out, opt->reduction, rows))) return st;
+  if (lo.use_token_scaling != 0 && lo.use_token_scaling != 1)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "use_token_scaling is %d; it must be 0 or 1",
+                     lo.use_token_scaling);
+  if (lo.chunk_rows < 0)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "chunk_rows is %lld; it must be >= 0",
+                     (long long)lo.chunk_rows);
+
+  if (grads) {
+    xent_linear_grads g = *grads;
+    if (g.hidden) {
+      if ((st = check_grad_dtype("grads->hidden_dtype", g.hidden_dtype, in->dtype))) return st;
+      if ((st = check_dense("grads->hidden", "grads->hidden_stride", g.hidden, g.hidden_dtype,
+                            rows, H, &g.hidden_stride, 0)))
+        return st;
+    }
+    if (g.weight) {
+      if ((st = check_grad_dtype("grads->weight_dtype", g.weight_dtype, in->dtype))) return st;
+      if ((st = check_dense("grads->weight", "grads->weight_stride", g.weight, g.weight_dtype, V,
+                            H, &g.weight_stride, 0)))
+        return st;
+      if (g.weight_accum != XENT_ACCUM_GRAD && g.weight_accum != XENT_ACCUM_FP32)
+        return xent_fail(XENT_ERROR_BAD_ENUM, "grads->weight_accum %d is not a xent_accum",
+                         (int)g.weight_accum);
+    }
+    if (g.bias) {
+      if (!in->bias)
+        return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                         "grads->bias is set but the input has no bias");
+      if ((st = check_grad_dtype("grads->bias_dtype", g.bias_dtype, in->dtype))) return st;
+      if (!xent_aligned(g.bias, xent_dtype_size(g.bias_dtype)))
+        return xent_fail(XENT_ERROR_BAD_ARGUMENT, "grads->bias is not aligned to its element");
+    }
+    if (g.accumulate != 0 && g.accumulate != 1)
+      return xent_fail(XENT_ERROR_BAD_ARGUMENT, "grads->accumulate is %d; it must be 0 or 1",
+                       g.accumulate);
+    if (g.grad_output) {
+      const int none = opt->reduction == XENT_REDUCTION_NONE;
+      if (g.grad_output_count != 1 && !(none && g.grad_output_count == rows))
+        return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                         "grads->grad_output_count is %lld; it must be 1%s",
+                         (long long)g.grad_output_count,
+                         none ? " or rows (reduction none)" : " (reduction mean or sum)");
+      if (!xent_aligned(g.grad_output, 4))
+        return xent_fail(XENT_ERROR_BAD_ARGUMENT, "grads->grad_output is not 4-byte aligned");
+    }
+    c.g = g;
+    c.backward = g.hidden || g.weight || g.bias;
+  }
+
+  xent_sides sides = {0};
+  xent_sides_add(&sides, "weight", in->weight);
+  xent_sides_add(&sides, "hidden", in->hidden);
+  xent_sides_add(&sides, "bias", in->bias);
+  xent_sides_add(&sides, "targets", in->targets);
+  xent_sides_add(&sides, "class_weights", in->class_weights);
+  xent_sides_add(&sides, "out->loss", out->loss);
+  xent_sides_add(&sides, "out->z_loss", out->z_loss);
+  xent_sides_add(&sides, "out->token_accuracy", out->token_accuracy);
+  xent_sides_add(&sides, "out->predicted", out->predicted);
+  xent_sides_add(&sides, "out->lse", out->lse);
+  xent_sides_add(&sides, "grads->hidden", c.g.hidden);
+  xent_sides_add(&sides, "grads->weight", c.g.weight);
+  xent_sides_add(&sides, "grads->bias", c.g.bias);
+  xent_sides_add(&sides, "grads->grad_output", c.g.grad_output);
+  if ((st = xent_resolve(&c.ex, &sides))) return st;
+
+  if (xent_linear_make_plan(rows, V, H, xent_dtype_size(in->dtype), &lo, c.g.bias != NULL,
+                            fp32_accumulator(&c.g), &c.plan))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "memory_budget %zu bytes cannot hold one row of logits (%lld bytes) and "
+                     "the fixed scratch", lo.memory_budget,
+                     (long long)(V * (int64_t)xent_dtype_size(in->dtype)));
+
+  if (c.ex.backend == XENT_BACKEND_CPU) {
+    if ((st = xent_check_host_targets(in->targets, in->target_type, rows, V, opt->ignore_index,
+                                      in->class_weights, "class_weights")))
+      return st;
+    return xent_cpu_linear(&c);
+  }
+  if (c.ex.workspace && !xent_aligned(c.ex.workspace, 256))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "workspace is not 256-byte aligned");
+  if (c.ex.workspace && c.ex.workspace_bytes < c.plan.total)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "workspace_bytes is %zu; this call needs xent_linear_workspace_size() = %zu",
+                     c.ex.workspace_bytes, c.plan.total);
+  return xent_cuda_linear(&c);
+}
+
+xent_status xent_linear_forward(const xent_linear_input *in, const xent_options *opt,
+                                const xent_linear_options *lopt, const xent_output *out,
+                                const xent_exec *exec) {
+  return linear_common(in, opt, lopt, out, NULL, exec);
+}
+
+xent_status xent_linear_forward_backward(const xent_linear_input *in, const xent_options *opt,
+                                         const xent_linear_options *lopt,
+                                         const xent_output *out, const xent_linear_grads *grads,
+                                         const xent_exec *exec) {
+  return linear_common(in, opt, lopt, out, grads, exec);
+}

@@ -1,0 +1,245 @@
+/*
+ * linear.cu - the CUDA fused linear cross-entropy: the rows in chunks, each
+ * through three cuBLASLt products and xent's own cross-entropy kernels, all
+ * on the caller's stream:
+ *
+ *   once      count_kernel over every row: N, W, the reduction scales and
+ *             (checked mode) the verdict
+ *   a chunk   Z = X_c W^T (+ b)          the logits, into the scratch chunk
+ *             the forward kernel of the launch plan over Z, which writes the
+ *             chunk's gradient G over Z (scaled by the upstream gradient)
+ *             dX_c = G W                 (when asked for)
+ *             dW (+)= G^T X_c            (when asked for; over the chunks)
+ *             db += column sums of G     (when asked for; fp32)
+ *   once      finalize_kernel (mean, sum); the fp32 accumulators stored
+ *
+ * In cuBLAS's column-major terms a row-major R x C matrix is C x R: Z^T =
+ * W X_c^T (m = V, n = rows, k = H), dX_c^T = W^T G^T (m = H, n = rows, k =
+ * V), dW^T = X_c^T G (m = H, n = V, k = rows).
+ *
+ * Checked mode: the host waits for the verdict once the first chunk's logits
+ * and cross-entropy are queued, before any product that writes the caller's
+ * gradients; a bad target returns with nothing of the caller's written (the
+ * cross-entropy kernels see the verdict and return at once).
+ */
+#include <string.h>
+
+#include "common/dtype.h"
+#include "common/workspace.h"
+#include "cuda/cuda.h"
+#include "cuda/device.cuh"
+#include "cuda/forward.cuh"
+#include "cuda/kernels/linear.cuh"
+#include "cuda/lt.cuh"
+#include "cuda/verdict.cuh"
+
+namespace xent {
+
+namespace {
+
+xent_status launch_colsum(xent_dtype dt, const char *g, int64_t rows, int vocab, int64_t stride_bytes,
+                          float *acc, cudaStream_t stream) {
+  const unsigned blocks = (unsigned)((vocab + kColsumThreads - 1) / kColsumThreads);
+  if (dt == XENT_FLOAT32)
+    colsum_kernel<float><<<blocks, kColsumThreads, 0, stream>>>(g, rows, vocab, stride_bytes, acc);
+  else if (dt == XENT_BFLOAT16)
+    colsum_kernel<__nv_bfloat16>
+        <<<blocks, kColsumThreads, 0, stream>>>(g, rows, vocab, stride_bytes, acc);
+  else
+    colsum_kernel<__half><<<blocks, kColsumThreads, 0, stream>>>(g, rows, vocab, stride_bytes, acc);
+  CK(cudaGetLastError());
+  return XENT_OK;
+}
+
+xent_status launch_store(xent_dtype dt, void *dst, int64_t ld, const float *src, int64_t lds,
+                         int64_t rows, int64_t cols, int add, const dev_props &dp,
+                         cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  int64_t blocks = (n + kStoreThreads - 1) / kStoreThreads;
+  if (blocks > (int64_t)dp.sms * 16) blocks = (int64_t)dp.sms * 16;
+  if (blocks < 1) blocks = 1;
+  const int64_t ldb = ld * (int64_t)xent_dtype_size(dt);
+  char *d = (char *)dst;
+  if (dt == XENT_FLOAT32)
+    store_kernel<float><<<(unsigned)blocks, kStoreThreads, 0, stream>>>(d, ldb, src, lds, rows, cols, add);
+  else if (dt == XENT_BFLOAT16)
+    store_kernel<__nv_bfloat16>
+        <<<(unsigned)blocks, kStoreThreads, 0, stream>>>(d, ldb, src, lds, rows, cols, add);
+  else
+    store_kernel<__half><<<(unsigned)blocks, kStoreThreads, 0, stream>>>(d, ldb, src, lds, rows, cols, add);
+  CK(cudaGetLastError());
+  return XENT_OK;
+}
+
+/* A call with no rows: the reduced outputs of an empty batch, and the
+ * weight and bias gradients zeroed unless they accumulate. */
+xent_status linear_rows0(const xent_linear_call *lc, cudaStream_t stream) {
+  const xent_options &opt = lc->opt;
+  const xent_linear_grads &g = lc->g;
+  xent_status st = launch_empty_outputs(opt, lc->out, stream);
+  if (st) return st;
+  if (g.accumulate) return XENT_OK;
+  if (g.weight) {
+    const size_t es = xent_dtype_size(g.weight_dtype);
+    CK(cudaMemset2DAsync(g.weight, (size_t)g.weight_stride * es, 0,
+                         (size_t)lc->in.hidden_size * es, (size_t)lc->in.vocab, stream));
+  }
+  if (g.bias)
+    CK(cudaMemsetAsync(g.bias, 0, (size_t)lc->in.vocab * xent_dtype_size(g.bias_dtype), stream));
+  return XENT_OK;
+}
+
+xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
+  const xent_linear_input &in = lc->in;
+  const xent_linear_grads &g = lc->g;
+  const xent_options &opt = lc->opt;
+  const xent_linear_plan &plan = lc->plan;
+  const int64_t rows = in.rows, H = in.hidden_size, V = in.vocab;
+  const size_t es = xent_dtype_size(in.dtype);
+  const size_t ts = in.target_type == XENT_INT32 ? 4 : 8;
+  cudaStream_t stream = (cudaStream_t)lc->ex.stream;
+  const bool checked = opt.target_check == XENT_TARGETS_CHECKED;
+  const bool per_row = opt.reduction == XENT_REDUCTION_NONE;
+  xent_status st;
+  if (checked && (st = refuse_capture(stream))) return st;
+  if (rows == 0) return linear_rows0(lc, stream);
+
+  /* The cross-entropy's view of the call: every row, logits in the chunk. */
+  xent_call c;
+  memset(&c, 0, sizeof c);
+  c.in.dtype = in.dtype;
+  c.in.rows = rows;
+  c.in.vocab = V;
+  c.in.row_stride = plan.chunk_stride;
+  c.in.targets = in.targets;
+  c.in.target_type = in.target_type;
+  c.in.weights = in.class_weights;
+  c.opt = opt;
+  c.out = lc->out;
+  c.ex = lc->ex;
+  c.write_grad = lc->backward;
+  const xent_experimental exp0 = XENT_EXPERIMENTAL_INIT;
+  c.exp = exp0;
+  xent_verdict *verdict = checked ? verdict_for(&c) : NULL;
+
+  char *ws = (char *)lc->ex.workspace;
+  const bool owned = ws == NULL;
+  if (owned) CK(cudaMallocAsync((void **)&ws, plan.total, stream));
+  const ce_workspace w = carve_workspace(ws + plan.ce, rows);
+  char *zbuf = ws + plan.logits;
+  void *ltws = ws + plan.lt;
+  float *db = g.bias ? (float *)(ws + plan.bias) : NULL;
+  const bool fp32acc = g.weight && g.weight_accum == XENT_ACCUM_FP32 &&
+                       g.weight_dtype != XENT_FLOAT32;
+  float *dw = fp32acc ? (float *)(ws + plan.weight) : NULL;
+  const bool z_rows = opt.lse_square_scale > 0.0f || lc->out.z_loss;
+  const bool scalar_go = g.grad_output && g.grad_output_count == 1;
+
+  fwd_params p0;
+  memset(&p0, 0, sizeof p0);
+  p0.hdr = w.hdr;
+  p0.verdict = checked ? w.hdr : NULL;
+  bool verdict_read = false;
+
+  st = launch_count(&c, w, verdict, stream);
+  if (!st && db) st = cudaMemsetAsync(db, 0, (size_t)V * 4, stream) == cudaSuccess
+                          ? XENT_OK : cuda_fail(cudaGetLastError(), "cudaMemsetAsync");
+  xent_plan l;
+  int64_t planned = -1;
+  for (int64_t r0 = 0; st == XENT_OK && r0 < rows; r0 += plan.chunk) {
+    const int64_t n = rows - r0 < plan.chunk ? rows - r0 : plan.chunk;
+    const char *xc = (const char *)in.hidden + (size_t)(r0 * in.hidden_stride) * es;
+
+    /* Z = X_c W^T + b */
+    lt_gemm g1 = {true, false, V, n, H, in.weight, in.weight_stride, in.dtype,
+                  xc, in.hidden_stride, in.dtype, zbuf, plan.chunk_stride, in.dtype,
+                  1.0f, 0.0f, in.bias};
+    if ((st = lt_matmul(g1, ltws, plan.lt_bytes, stream))) break;
+
+    /* the cross-entropy of the chunk's rows */
+    xent_call cc = c;
+    cc.in.logits = zbuf;
+    cc.in.rows = n;
+    cc.in.targets = (const char *)in.targets + (size_t)r0 * ts;
+    xent_output &o = cc.out;
+    if (per_row) {
+      o.loss += r0;
+      if (o.z_loss) o.z_loss += r0;
+      if (o.token_accuracy) o.token_accuracy += r0;
+    }
+    if (o.lse) o.lse += r0;
+    if (o.predicted) o.predicted += r0;
+    if (n != planned && (st = plan_call(&cc, dp, &l))) break;
+    planned = n;
+    fwd_params p;
+    fill_params(&p, &cc);
+    p.hdr = w.hdr;
+    p.verdict = p0.verdict;
+    if (l.kernel == XENT_KERNEL_STAGED) {
+      if (cudaMemsetAsync(&w.hdr->next_row, 0, sizeof w.hdr->next_row, stream) != cudaSuccess) {
+        st = cuda_fail(cudaGetLastError(), "cudaMemsetAsync");
+        break;
+      }
+      p.row_ticket = &w.hdr->next_row;
+    }
+    p.row_loss = per_row ? o.loss : w.loss + r0;
+    p.row_z = per_row ? o.z_loss : (z_rows ? w.z + r0 : NULL);
+    p.row_acc = per_row ? o.token_accuracy : (lc->out.token_accuracy ? w.acc + r0 : NULL);
+    p.grad_scale = scalar_go ? g.grad_output : NULL;
+    p.row_grad_scale = g.grad_output && !scalar_go ? g.grad_output + r0 : NULL;
+    p.token_scaling = lc->lo.use_token_scaling;
+    if ((st = launch_rows(l, dp, &cc, p, w.loss + r0, w.arr, stream))) break;
+
+    if (!lc->backward) continue;
+    if (checked && !verdict_read) { /* before the first write to the caller's gradients */
+      verdict_read = true;
+      if ((st = check_verdict(verdict, &c, false))) break;
+    }
+    if (g.hidden) { /* dX_c = G W */
+      const size_t gs = xent_dtype_size(g.hidden_dtype);
+      lt_gemm g2 = {false, false, H, n, V, in.weight, in.weight_stride, in.dtype,
+                    zbuf, plan.chunk_stride, in.dtype,
+                    (char *)g.hidden + (size_t)(r0 * g.hidden_stride) * gs, g.hidden_stride,
+                    g.hidden_dtype, 1.0f, g.accumulate ? 1.0f : 0.0f, NULL};
+      if ((st = lt_matmul(g2, ltws, plan.lt_bytes, stream))) break;
+    }
+    if (g.weight) { /* dW (+)= G^T X_c */
+      const bool more = r0 > 0 || (!fp32acc && g.accumulate);
+      lt_gemm g3 = {false, true, H, V, n, xc, in.hidden_stride, in.dtype,
+                    zbuf, plan.chunk_stride, in.dtype,
+                    fp32acc ? (void *)dw : g.weight, fp32acc ? H : g.weight_stride,
+                    fp32acc ? XENT_FLOAT32 : g.weight_dtype, 1.0f, more ? 1.0f : 0.0f, NULL};
+      if ((st = lt_matmul(g3, ltws, plan.lt_bytes, stream))) break;
+    }
+    if (db && (st = launch_colsum(in.dtype, zbuf, n, (int)V, plan.chunk_stride * (int64_t)es, db,
+                                  stream)))
+      break;
+  }
+  if (!st && !per_row) st = launch_finalize(finalize_for(&c, p0, w), dp, c.exp, stream);
+  if (!st && fp32acc)
+    st = launch_store(g.weight_dtype, g.weight, g.weight_stride, dw, H, V, H, g.accumulate, dp,
+                      stream);
+  if (!st && db) st = launch_store(g.bias_dtype, g.bias, V, db, V, 1, V, g.accumulate, dp, stream);
+  if (!st && checked && !verdict_read) st = check_verdict(verdict, &c, false);
+  if (owned) {
+    cudaError_t e = cudaFreeAsync(ws, stream);
+    if (e != cudaSuccess && st == XENT_OK) st = cuda_fail(e, "cudaFreeAsync");
+  }
+  return st;
+}
+
+}  // namespace
+
+}  // namespace xent
+
+extern "C" xent_status xent_cuda_linear(const xent_linear_call *lc) {
+  using namespace xent;
+  device_scope scope;
+  xent_status st = enter_device(lc->ex.device, &scope);
+  if (st) return st;
+  dev_props props;
+  st = get_props(lc->ex.device, &props);
+  if (!st) st = linear_impl(lc, props);
+  leave_device(&scope);
+  return st;
+}
