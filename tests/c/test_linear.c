@@ -1,0 +1,642 @@
+/*
+ * test_linear.c - the fused linear cross-entropy (xent_linear_*) against
+ * the float64 reference of linear_check.c, on fresh random inputs, on the
+ * CPU (needs a CBLAS library; the test command installs OpenBLAS) and, in
+ * a CUDA build on a machine with a GPU, on the device (skipped otherwise).
+ *
+ * Every call runs with poisoned outputs and gradient buffers (or, when
+ * accumulating, random values to add to), padded strides where the case
+ * says so, and chunk sizes that cut the rows anywhere.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef XENT_TEST_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include "check.h"
+#include "linear_check.h"
+#include "reference.h"
+#include "xent.h"
+
+static long g_cases;
+static const xent_dtype DTYPES[] = {XENT_FLOAT32, XENT_BFLOAT16, XENT_FLOAT16};
+static const xent_reduction REDS[] = {XENT_REDUCTION_MEAN, XENT_REDUCTION_SUM,
+                                      XENT_REDUCTION_NONE};
+
+/* ------------------------------------------------------------------------ */
+/* Running a case on a backend                                               */
+/* ------------------------------------------------------------------------ */
+
+/* The chunks a call with these settings cuts the rows into. */
+static int64_t chunks_of(const xt_lin *p) {
+  if (p->c.rows == 0) return 0;
+  xent_linear_input in = xt_lin_input(p, p->hidden, p->weight, p->bias, p->targets, p->cw);
+  xent_linear_options lo = xt_lin_loptions(p);
+  (void)in;
+  int64_t chunk = lo.chunk_rows;
+  if (chunk <= 0) return -1; /* the default plan: not known here */
+  return (p->c.rows + chunk - 1) / chunk;
+}
+
+static xent_status run_cpu(const xt_lin *p, xt_lin_out *o) {
+  xent_linear_input in = xt_lin_input(p, p->hidden, p->weight, p->bias, p->targets, p->cw);
+  xent_options opt = xt_lin_options(p);
+  xent_linear_options lo = xt_lin_loptions(p);
+  xent_output out = xt_lin_output(p, o->loss, o->z, o->acc, o->lse, o->pred);
+  xent_linear_grads g = xt_lin_grads(p, o->gx, o->gw, o->gb, p->go);
+  xent_exec ex = xent_exec_default();
+  ex.backend = XENT_BACKEND_CPU;
+  return p->c.backward ? xent_linear_forward_backward(&in, &opt, &lo, &out, &g, &ex)
+                       : xent_linear_forward(&in, &opt, &lo, &out, &ex);
+}
+
+static int g_gpu = -1;
+static int have_gpu(void) {
+#ifdef XENT_TEST_HAVE_CUDA
+  if (g_gpu < 0) {
+    int n = 0;
+    g_gpu = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    (void)cudaGetLastError();
+  }
+  return g_gpu;
+#else
+  return 0;
+#endif
+}
+
+#ifdef XENT_TEST_HAVE_CUDA
+#define CK(call)                                                              \
+  do {                                                                        \
+    cudaError_t e_ = (call);                                                  \
+    if (e_ != cudaSuccess) fail_msg("%s: %s", #call, cudaGetErrorString(e_)); \
+  } while (0)
+
+static void *dcopy(const void *h, size_t n) {
+  void *d = NULL;
+  CK(cudaMalloc(&d, n > 0 ? n : 1));
+  if (h && n) CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+  return d;
+}
+
+static void hcopy(void *h, const void *d, size_t n) {
+  if (n) CK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+}
+
+/* The case on the device: inputs and poisoned outputs copied over, the call
+ * (with a workspace of ours when ws_mode is 1, stream-ordered when 0), the
+ * results copied back into o. */
+static xent_status run_cuda(const xt_lin *p, xt_lin_out *o, int ws_mode) {
+  const xt_lin_case *c = &p->c;
+  const size_t es = xt_dtype_size(c->dt);
+  void *dh = dcopy(p->hidden, (size_t)(c->rows * p->hs) * es);
+  void *dw = dcopy(p->weight, (size_t)(c->V * p->ws) * es);
+  void *db = c->bias ? dcopy(p->bias, (size_t)c->V * es) : NULL;
+  void *dt = dcopy(p->targets, (size_t)(c->rows > 0 ? c->rows : 1) * 8);
+  float *dcw = c->weighted ? (float *)dcopy(p->cw, (size_t)c->V * 4) : NULL;
+  float *dgo = (float *)dcopy(p->go, (size_t)p->go_count * 4);
+  float *dl = (float *)dcopy(o->loss, (size_t)(o->count + 1) * 4);
+  float *dz = (float *)dcopy(o->z, (size_t)(o->count + 1) * 4);
+  float *da = (float *)dcopy(o->acc, (size_t)(o->count + 1) * 4);
+  float *dlse = (float *)dcopy(o->lse, (size_t)(c->rows + 1) * 4);
+  int64_t *dp = (int64_t *)dcopy(o->pred, (size_t)(c->rows + 1) * 8);
+  void *dgx = dcopy(o->gx, p->gx_bytes), *dgw = dcopy(o->gw, p->gw_bytes),
+       *dgb = dcopy(o->gb, p->gb_bytes);
+  xent_linear_input in = xt_lin_input(p, dh, dw, db, dt, dcw);
+  xent_options opt = xt_lin_options(p);
+  xent_linear_options lo = xt_lin_loptions(p);
+  xent_output out = xt_lin_output(p, dl, dz, da, dlse, dp);
+  xent_linear_grads g = xt_lin_grads(p, dgx, dgw, dgb, dgo);
+  xent_exec ex = xent_exec_default();
+  ex.backend = XENT_BACKEND_CUDA;
+  void *ws = NULL;
+  if (ws_mode == 1) {
+    ex.workspace_bytes = xent_linear_workspace_size(&in, &lo, c->backward ? &g : NULL);
+    ws = dcopy(NULL, ex.workspace_bytes);
+    ex.workspace = ws;
+  }
+  xent_status st = c->backward ? xent_linear_forward_backward(&in, &opt, &lo, &out, &g, &ex)
+                               : xent_linear_forward(&in, &opt, &lo, &out, &ex);
+  CK(cudaDeviceSynchronize());
+  hcopy(o->loss, dl, (size_t)(o->count + 1) * 4);
+  hcopy(o->z, dz, (size_t)(o->count + 1) * 4);
+  hcopy(o->acc, da, (size_t)(o->count + 1) * 4);
+  hcopy(o->lse, dlse, (size_t)(c->rows + 1) * 4);
+  hcopy(o->pred, dp, (size_t)(c->rows + 1) * 8);
+  hcopy(o->gx, dgx, p->gx_bytes);
+  hcopy(o->gw, dgw, p->gw_bytes);
+  hcopy(o->gb, dgb, p->gb_bytes);
+  void *all[] = {dh, dw, db, dt, dcw, dgo, dl, dz, da, dlse, dp, dgx, dgw, dgb, ws};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) cudaFree(all[i]);
+  return st;
+}
+#endif
+
+static int g_have_blas = -1;
+static int have_blas(void) {
+  if (g_have_blas < 0) {
+    /* A one-row problem answers whether the CPU backend has a CBLAS library. */
+    xt_rng rng = xt_rng_for("have_blas");
+    xt_lin_case c = xt_lin_default(XENT_FLOAT32, 1, 4, 8);
+    xt_lin p;
+    xt_lin_out o;
+    assert_int_equal(xt_lin_make(&p, &c, &rng), 0);
+    assert_int_equal(xt_lin_out_make(&p, &o), 0);
+    xent_status st = run_cpu(&p, &o);
+    g_have_blas = st == XENT_OK;
+    if (!g_have_blas) fprintf(stderr, "  no CBLAS library: %s\n", xent_last_error());
+    xt_lin_out_free(&o);
+    xt_lin_free(&p);
+  }
+  return g_have_blas;
+}
+
+/* Make, run on `backend` (0 CPU, 1 CUDA with our workspace, 2 CUDA
+ * stream-ordered), check; returns the problems found. */
+static long run_case(xt_lin_case c, int backend, xt_rng *rng, const char *tag) {
+  c.gpu = backend > 0;
+  char desc[600], cd[480];
+  xt_lin_desc(&c, cd, sizeof cd);
+  snprintf(desc, sizeof desc, "%s: %s", tag, cd);
+  xt_lin p;
+  xt_lin_out o;
+  if (xt_lin_make(&p, &c, rng) != 0 || xt_lin_out_make(&p, &o) != 0) {
+    fprintf(stderr, "  [%s] out of memory\n", desc);
+    return 1;
+  }
+  xent_status st = XENT_OK;
+  if (backend == 0) st = run_cpu(&p, &o);
+#ifdef XENT_TEST_HAVE_CUDA
+  else st = run_cuda(&p, &o, backend == 1 ? 1 : 0);
+#endif
+  long errs = 0;
+  if (st != XENT_OK) {
+    fprintf(stderr, "  [%s] status %d: %s\n", desc, (int)st, xent_last_error());
+    errs = 1;
+  } else {
+    int64_t n = chunks_of(&p);
+    if (n < 0) n = 1 + c.rows / 64; /* the default plan: at most this many */
+    errs = xt_lin_check(&p, &o, n, desc);
+  }
+  g_cases++;
+  xt_lin_out_free(&o);
+  xt_lin_free(&p);
+  return errs;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The case lists (both backends)                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Feature combination k (0 .. FEATURES - 1) on c. */
+enum { FEATURES = 9 };
+static void feature(xt_lin_case *c, int k) {
+  switch (k) {
+    case 0: break;
+    case 1: c->bias = 1; break;
+    case 2: c->weighted = 1, c->alpha = 0.1; break;
+    case 3: c->s = 1e-3, c->softcap = 1; break;
+    case 4: c->token_scaling = 1, c->bias = 1; break;
+    case 5: c->alpha = 0.2, c->token_scaling = 1, c->ttype = XENT_INT32; break;
+    case 6: /* everything, strided */
+      c->bias = c->weighted = c->softcap = c->token_scaling = 1;
+      c->alpha = 0.1, c->s = 1e-3, c->hpad = 3, c->wpad = 5, c->gxpad = 2, c->gwpad = 7;
+      break;
+    case 7: c->ignore_frac = 0.5, c->bias = 1, c->go = 0; break;
+    case 8: c->weighted = 1, c->go = 2; break;
+  }
+  if (c->go == 2 && c->red != XENT_REDUCTION_NONE) c->go = 1;
+}
+
+static long feature_sweep(int backend, xt_rng *rng) {
+  long errs = 0;
+  /* V and H not multiples of 8; chunks that cut the rows anywhere */
+  const int64_t chunks[] = {0, 7, 16, 1000};
+  int k = 0;
+  for (size_t d = 0; d < 3; d++)
+    for (size_t r = 0; r < 3; r++)
+      for (int f = 0; f < FEATURES; f++, k++) {
+        xt_lin_case c = xt_lin_default(DTYPES[d], 37 + (k % 5) * 11, 61 + (k % 3), 509 + 2 * k);
+        c.red = REDS[r];
+        c.chunk_rows = chunks[k % 4];
+        feature(&c, f);
+        errs += run_case(c, backend, rng, "features");
+      }
+  return errs;
+}
+
+/* Which gradients, their dtypes, accumulation and the upstream gradient. */
+static long gradient_sweep(int backend, xt_rng *rng) {
+  long errs = 0;
+  for (size_t d = 0; d < 3; d++) {
+    const xent_dtype dt = DTYPES[d];
+    for (int k = 0; k < 10; k++) {
+      xt_lin_case c = xt_lin_default(dt, 53, 40 + 3 * k, 300 + 7 * k);
+      c.bias = 1;
+      c.chunk_rows = 8 + k;
+      switch (k) {
+        case 0: c.dw = 0; break;                                   /* frozen head */
+        case 1: c.dx = 0; break;                                   /* frozen trunk */
+        case 2: c.dx = c.dw = 0; break;                            /* bias only */
+        case 3: c.accumulate = 1; break;
+        case 4: c.gx_dt = c.gw_dt = c.gb_dt = XENT_FLOAT32; break;  /* fp32 gradients */
+        case 5: c.accum = XENT_ACCUM_FP32; break;
+        case 6: c.accum = XENT_ACCUM_FP32, c.accumulate = 1; break;
+        case 7: c.red = XENT_REDUCTION_NONE, c.go = 2, c.accumulate = 1; break;
+        case 8: c.backward = 0; break;                             /* evaluation */
+        case 9: c.red = XENT_REDUCTION_SUM, c.go = 0, c.gw_dt = XENT_FLOAT32, c.accumulate = 1; break;
+      }
+      errs += run_case(c, backend, rng, "gradients");
+    }
+  }
+  return errs;
+}
+
+/* A mean over no rows, rows == 0, a single row. */
+static long edge_sweep(int backend, xt_rng *rng) {
+  long errs = 0;
+  for (int k = 0; k < 6; k++) {
+    xt_lin_case c = xt_lin_default(XENT_BFLOAT16, 20, 32, 100);
+    c.bias = 1;
+    switch (k) {
+      case 0: c.ignore_frac = 1.0; break;
+      case 1: c.ignore_frac = 1.0, c.empty_zero = 1; break;
+      case 2: c.rows = 0; break;
+      case 3: c.rows = 0, c.red = XENT_REDUCTION_SUM, c.accumulate = 1; break;
+      case 4: c.rows = 1, c.ignore_frac = 0; break;
+      case 5: c.rows = 1, c.red = XENT_REDUCTION_NONE, c.go = 2, c.ignore_frac = 0; break;
+    }
+    errs += run_case(c, backend, rng, "edges");
+  }
+  return errs;
+}
+
+/* ------------------------------------------------------------------------ */
+/* CPU                                                                       */
+/* ------------------------------------------------------------------------ */
+
+static void test_cpu_linear_features(void **state) {
+  (void)state;
+  if (!have_blas()) skip();
+  xt_rng rng = xt_rng_for("test_cpu_linear_features");
+  assert_int_equal(feature_sweep(0, &rng), 0);
+}
+
+static void test_cpu_linear_gradients(void **state) {
+  (void)state;
+  if (!have_blas()) skip();
+  xt_rng rng = xt_rng_for("test_cpu_linear_gradients");
+  assert_int_equal(gradient_sweep(0, &rng), 0);
+}
+
+static void test_cpu_linear_edges(void **state) {
+  (void)state;
+  if (!have_blas()) skip();
+  xt_rng rng = xt_rng_for("test_cpu_linear_edges");
+  assert_int_equal(edge_sweep(0, &rng), 0);
+}
+
+/* The checker itself: a wrong result must be caught (a test that cannot
+ * fail is no test). Each mutation of a correct CPU result must count. */
+static void test_checker_catches(void **state) {
+  (void)state;
+  if (!have_blas()) skip();
+  xt_rng rng = xt_rng_for("test_checker_catches");
+  xt_lin_case c = xt_lin_default(XENT_BFLOAT16, 40, 48, 300);
+  c.bias = 1;
+  c.chunk_rows = 9;
+  for (int m = 0; m < 6; m++) {
+    xt_lin p;
+    xt_lin_out o;
+    assert_int_equal(xt_lin_make(&p, &c, &rng), 0);
+    assert_int_equal(xt_lin_out_make(&p, &o), 0);
+    assert_int_equal(run_cpu(&p, &o), XENT_OK);
+    assert_int_equal(xt_lin_check(&p, &o, 5, "unchanged"), 0);
+    switch (m) {
+      case 0: o.loss[0] *= 1.01f; break;                                 /* 1 % off */
+      case 1: xt_store(o.gx, c.gx_dt, 5 * p.gxs + 3, 2 * xt_load(o.gx, c.gx_dt, 5 * p.gxs + 3) + 1e-3); break;
+      case 2: xt_store(o.gw, c.gw_dt, 7 * p.gws + 1, -xt_load(o.gw, c.gw_dt, 7 * p.gws + 1) + 1e-3); break;
+      case 3: xt_store(o.gb, c.gb_dt, 11, xt_load(o.gb, c.gb_dt, 11) * 1.5 + 1e-3); break;
+      case 4: o.lse[3] += 0.01f; break;
+      case 5: o.pred[2] = (o.pred[2] + 1) % c.V; if (p.res.row[2].ignored) o.pred[2] = 0; break;
+    }
+    fprintf(stderr, "  (mutation %d: the report below is expected)\n", m);
+    assert_true(xt_lin_check(&p, &o, 5, "mutated") > 0);
+    xt_lin_out_free(&o);
+    xt_lin_free(&p);
+  }
+}
+
+/* Bad arguments: a clear status and nothing written. */
+static void test_linear_errors(void **state) {
+  (void)state;
+  xt_rng rng = xt_rng_for("test_linear_errors");
+  xt_lin_case c = xt_lin_default(XENT_BFLOAT16, 16, 24, 64);
+  c.bias = 1;
+  xt_lin p;
+  xt_lin_out o;
+  assert_int_equal(xt_lin_make(&p, &c, &rng), 0);
+  assert_int_equal(xt_lin_out_make(&p, &o), 0);
+  for (int k = 0; k < 22; k++) {
+    xent_linear_input in = xt_lin_input(&p, p.hidden, p.weight, p.bias, p.targets, p.cw);
+    xent_options opt = xt_lin_options(&p);
+    xent_linear_options lo = xt_lin_loptions(&p);
+    xent_output out = xt_lin_output(&p, o.loss, o.z, o.acc, o.lse, o.pred);
+    xent_linear_grads g = xt_lin_grads(&p, o.gx, o.gw, o.gb, p.go);
+    xent_exec ex = xent_exec_default();
+    ex.backend = XENT_BACKEND_CPU;
+    xent_status want = XENT_ERROR_BAD_ARGUMENT;
+    int64_t saved = 0;
+    switch (k) {
+      case 0: in.hidden_size = 0, want = XENT_ERROR_BAD_SHAPE; break;
+      case 1: in.vocab = 0, want = XENT_ERROR_BAD_SHAPE; break;
+      case 2: in.rows = -1, want = XENT_ERROR_BAD_SHAPE; break;
+      case 3: in.hidden_stride = 10, want = XENT_ERROR_BAD_STRIDE; break;
+      case 4: in.weight_stride = 23, want = XENT_ERROR_BAD_STRIDE; break;
+      case 5: g.hidden_stride = 5, want = XENT_ERROR_BAD_STRIDE; break;
+      case 6: in.weight = NULL, want = XENT_ERROR_NULL_POINTER; break;
+      case 7: in.hidden = NULL, want = XENT_ERROR_NULL_POINTER; break;
+      case 8: in.bias = NULL; break; /* grads->bias without a bias */
+      case 9: g.hidden_dtype = XENT_FLOAT16; break;
+      case 10: g.weight_dtype = (xent_dtype)7, want = XENT_ERROR_BAD_ENUM; break;
+      case 11: in.dtype = (xent_dtype)9, want = XENT_ERROR_BAD_ENUM; break;
+      case 12: g.grad_output_count = 16; break; /* per-row upstream gradient with mean */
+      case 13: g.accumulate = 2; break;
+      case 14: lo.use_token_scaling = 3; break;
+      case 15: lo.chunk_rows = -1; break;
+      case 16: lo.memory_budget = 100; break;
+      case 17: opt.target_check = XENT_TARGETS_DEFERRED; break;
+      case 18: opt.label_smoothing = 2.0f, want = XENT_ERROR_BAD_LABEL_SMOOTHING; break;
+      case 19: /* a bad target, checked before anything is written */
+        saved = p.t64[3];
+        ((int64_t *)p.targets)[3] = c.V;
+        want = XENT_ERROR_BAD_TARGET;
+        break;
+      case 20: g.weight_accum = (xent_accum)5, want = XENT_ERROR_BAD_ENUM; break;
+      case 21: out.loss = NULL, want = XENT_ERROR_NULL_POINTER; break;
+    }
+    xent_status st = xent_linear_forward_backward(&in, &opt, &lo, &out, &g, &ex);
+    if (st != want)
+      fail_msg("case %d: status %d (%s), want %d", k, (int)st, xent_last_error(), (int)want);
+    assert_true(strlen(xent_last_error()) > 10);
+    if (k == 19) {
+      assert_true(xt_mentions(xent_last_error(), "3"));
+      ((int64_t *)p.targets)[3] = saved;
+    }
+    char desc[64];
+    snprintf(desc, sizeof desc, "error case %d", k);
+    assert_int_equal(xt_lin_check_untouched(&p, &o, desc), 0);
+  }
+  xt_lin_out_free(&o);
+  xt_lin_free(&p);
+}
+
+/* The default plan holds at most 1/16 of the logits at the benchmark's
+ * shape, and an explicit budget is kept. */
+static void test_linear_plan(void **state) {
+  (void)state;
+  xent_linear_input in;
+  memset(&in, 0, sizeof in);
+  in.rows = 8192;
+  in.hidden_size = 4096;
+  in.vocab = 128256;
+  in.dtype = XENT_BFLOAT16;
+  const size_t logits = (size_t)8192 * 128256 * 2;
+  xent_linear_grads g;
+  memset(&g, 0, sizeof g);
+  g.weight_dtype = XENT_BFLOAT16;
+  const size_t def = xent_linear_workspace_size(&in, NULL, &g);
+  print_message("default workspace at 8192 x 4096 x 128256 bf16: %zu bytes (%.1f%% of the logits)\n",
+                def, 100.0 * (double)def / (double)logits);
+  assert_true(def > 0 && def <= logits / 16);
+  xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
+  lo.memory_budget = (size_t)512 << 20;
+  const size_t big = xent_linear_workspace_size(&in, &lo, &g);
+  assert_true(big <= lo.memory_budget && big > def);
+  lo.memory_budget = 1000;
+  assert_int_equal(xent_linear_workspace_size(&in, &lo, &g), 0);
+  /* fp32 accumulation adds V x H floats */
+  lo.memory_budget = 0;
+  g.weight = (void *)16;
+  g.weight_accum = XENT_ACCUM_FP32;
+  assert_int_equal(xent_linear_workspace_size(&in, &lo, &g), def + (size_t)128256 * 4096 * 4);
+  g.weight_dtype = XENT_FLOAT32; /* accumulates in the caller's fp32 gradient itself */
+  assert_int_equal(xent_linear_workspace_size(&in, &lo, &g), def);
+}
+
+/* ------------------------------------------------------------------------ */
+/* CUDA                                                                      */
+/* ------------------------------------------------------------------------ */
+
+#define REQUIRE_GPU() \
+  do {                \
+    if (!have_gpu()) skip(); \
+  } while (0)
+
+static void test_cuda_linear_features(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xt_rng rng = xt_rng_for("test_cuda_linear_features");
+  assert_int_equal(feature_sweep(1, &rng), 0);
+}
+
+static void test_cuda_linear_gradients(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xt_rng rng = xt_rng_for("test_cuda_linear_gradients");
+  assert_int_equal(gradient_sweep(1, &rng) + gradient_sweep(2, &rng), 0);
+}
+
+static void test_cuda_linear_edges(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xt_rng rng = xt_rng_for("test_cuda_linear_edges");
+  assert_int_equal(edge_sweep(1, &rng) + edge_sweep(2, &rng), 0);
+}
+
+/* Larger shapes, default plan, on the GPU: the medium shapes that the
+ * PyTorch tests compare with torch. */
+static void test_cuda_linear_medium(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xt_rng rng = xt_rng_for("test_cuda_linear_medium");
+  long errs = 0;
+  for (size_t d = 0; d < 3; d++) {
+    xt_lin_case c = xt_lin_default(DTYPES[d], 1000, 256, 8000);
+    c.chunk_rows = 300;
+    c.alpha = 0.05;
+    errs += run_case(c, 2, &rng, "medium");
+  }
+  assert_int_equal(errs, 0);
+}
+
+#ifdef XENT_TEST_HAVE_CUDA
+/* A bad target on the GPU in checked mode: the call fails and writes
+ * nothing, the gradients included. */
+static void test_cuda_linear_bad_target(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xt_rng rng = xt_rng_for("test_cuda_linear_bad_target");
+  for (int k = 0; k < 2; k++) {
+    xt_lin_case c = xt_lin_default(XENT_BFLOAT16, 100, 32, 500);
+    c.bias = 1;
+    c.chunk_rows = 16;
+    c.backward = k;
+    xt_lin p;
+    xt_lin_out o;
+    assert_int_equal(xt_lin_make(&p, &c, &rng), 0);
+    assert_int_equal(xt_lin_out_make(&p, &o), 0);
+    ((int64_t *)p.targets)[77] = -5;
+    assert_int_equal(run_cuda(&p, &o, 0), XENT_ERROR_BAD_TARGET);
+    assert_true(xt_mentions(xent_last_error(), "77"));
+    assert_int_equal(xt_lin_check_untouched(&p, &o, "bad target"), 0);
+    xt_lin_out_free(&o);
+    xt_lin_free(&p);
+  }
+}
+
+/* Peak device memory of a call that takes its workspace stream-ordered:
+ * within xent_linear_workspace_size(), which is 1/16 of the logits. */
+static void test_cuda_linear_memory(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  const int64_t R = 4096, H = 256, V = 32768;
+  const size_t es = 2;
+  void *h = dcopy(NULL, (size_t)R * H * es), *w = dcopy(NULL, (size_t)V * H * es);
+  void *t = dcopy(NULL, (size_t)R * 8), *gx = dcopy(NULL, (size_t)R * H * es),
+       *gw = dcopy(NULL, (size_t)V * H * es);
+  float *loss = (float *)dcopy(NULL, 4);
+  CK(cudaMemset(h, 0, (size_t)R * H * es));
+  CK(cudaMemset(w, 0, (size_t)V * H * es));
+  CK(cudaMemset(t, 0, (size_t)R * 8));
+  xent_linear_input in = {h, R, H, 0, w, V, 0, NULL, XENT_BFLOAT16, t, XENT_INT64, NULL};
+  xent_options opt = xent_options_default();
+  xent_output out = {loss, NULL, NULL, NULL, NULL};
+  xent_linear_grads g;
+  memset(&g, 0, sizeof g);
+  g.hidden = gx, g.hidden_dtype = XENT_BFLOAT16, g.weight = gw, g.weight_dtype = XENT_BFLOAT16;
+  xent_exec ex = xent_exec_default();
+  ex.backend = XENT_BACKEND_CUDA;
+  const size_t need = xent_linear_workspace_size(&in, NULL, &g);
+  const size_t logits = (size_t)R * V * es;
+  assert_int_equal(xent_linear_forward_backward(&in, &opt, NULL, &out, &g, &ex), XENT_OK);
+  CK(cudaDeviceSynchronize());
+  cudaMemPool_t pool;
+  CK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  uint64_t zero = 0, high = 0;
+  CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+  assert_int_equal(xent_linear_forward_backward(&in, &opt, NULL, &out, &g, &ex), XENT_OK);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+  print_message("linear peak: pool high %llu bytes, workspace_size %zu, logits %zu (1/16: %zu)\n",
+                (unsigned long long)high, need, logits, logits / 16);
+  assert_true(high <= need + 4096);
+  assert_true(need <= logits / 16);
+  void *all[] = {h, w, t, gx, gw, loss};
+  for (size_t i = 0; i < 6; i++) cudaFree(all[i]);
+}
+
+/* BT x V beyond 2^31 elements (17000 x 131072) with a structured head
+ * (W_j the unit vector e_{j mod 4}, so Z[r][j] = x_r[j mod 4]) whose loss
+ * and gradients have closed forms. */
+static void test_cuda_linear_large_extent(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  const int64_t R = 17000, H = 4, V = 131072;
+  assert_true((double)R * (double)V > 2147483648.0);
+  xt_rng rng = xt_rng_for("test_cuda_linear_large_extent");
+  uint16_t *hx = (uint16_t *)xt_alloc((size_t)R * H * 2), *hw = (uint16_t *)xt_alloc((size_t)V * H * 2);
+  int64_t *ht = (int64_t *)xt_alloc((size_t)R * 8);
+  uint16_t *gx = (uint16_t *)xt_alloc((size_t)R * H * 2);
+  assert_true(hx && hw && ht && gx);
+  for (int64_t i = 0; i < R * H; i++) hx[i] = xt_f32_to_bf16((float)(2.0 * xt_normal(&rng)));
+  for (int64_t j = 0; j < V; j++)
+    for (int64_t k = 0; k < H; k++) hw[j * H + k] = xt_f32_to_bf16(j % H == k ? 1.0f : 0.0f);
+  for (int64_t r = 0; r < R; r++) ht[r] = xt_randint(&rng, V);
+  void *dx = dcopy(hx, (size_t)R * H * 2), *dw = dcopy(hw, (size_t)V * H * 2),
+       *dt = dcopy(ht, (size_t)R * 8), *dgx = dcopy(NULL, (size_t)R * H * 2);
+  float *dl = (float *)dcopy(NULL, 4), *dlse = (float *)dcopy(NULL, (size_t)R * 4);
+  xent_linear_input in = {dx, R, H, 0, dw, V, 0, NULL, XENT_BFLOAT16, dt, XENT_INT64, NULL};
+  xent_options opt = xent_options_default();
+  xent_output out = {dl, NULL, NULL, NULL, dlse};
+  xent_linear_grads g;
+  memset(&g, 0, sizeof g);
+  g.hidden = dgx, g.hidden_dtype = XENT_BFLOAT16;
+  xent_exec ex = xent_exec_default();
+  ex.backend = XENT_BACKEND_CUDA;
+  assert_int_equal(xent_linear_forward_backward(&in, &opt, NULL, &out, &g, &ex), XENT_OK);
+  float loss;
+  float *lse = (float *)xt_alloc((size_t)R * 4);
+  hcopy(&loss, dl, 4);
+  hcopy(lse, dlse, (size_t)R * 4);
+  hcopy(gx, dgx, (size_t)R * H * 2);
+  /* Each of the 4 values of a row occurs V / 4 times. */
+  double sum = 0.0;
+  long errs = 0;
+  const double n_k = (double)(V / H);
+  for (int64_t r = 0; r < R; r++) {
+    double x[4], m = -INFINITY, s = 0.0;
+    for (int k = 0; k < 4; k++) x[k] = xt_bf16_to_f32(hx[r * H + k]), m = fmax(m, x[k]);
+    for (int k = 0; k < 4; k++) s += n_k * exp(x[k] - m);
+    const double l = m + log(s);
+    sum += l - x[ht[r] % H];
+    if (fabs(lse[r] - l) > 3e-5 * (fabs(l) + 1.0) && errs++ < 5)
+      fprintf(stderr, "  lse[%lld] = %.7g, want %.7g\n", (long long)r, lse[r], l);
+    for (int k = 0; k < 4; k++) {
+      const double pk = n_k * exp(x[k] - l), hit = ht[r] % H == k ? 1.0 : 0.0;
+      const double want = (pk - hit) / (double)R;
+      const double got = xt_bf16_to_f32(gx[r * H + k]);
+      /* the terms' own size (p_k - 1 cancels), four bf16 roundings of it:
+       * the logits, G, and the fp32 sums of 32768 equal values */
+      if (fabs(got - want) > 4 * 0x1p-8 * (pk + hit) / (double)R && errs++ < 5)
+        fprintf(stderr, "  dX[%lld][%d] = %.7g, want %.7g\n", (long long)r, k, got, want);
+    }
+  }
+  const double want = sum / (double)R;
+  if (fabs(loss - want) > 3e-5 * (fabs(want) + 1.0)) {
+    fprintf(stderr, "  loss %.7g, want %.7g\n", loss, want);
+    errs++;
+  }
+  assert_int_equal(errs, 0);
+  void *all[] = {dx, dw, dt, dgx, dl, dlse};
+  for (size_t i = 0; i < 6; i++) cudaFree(all[i]);
+  xt_free(hx), xt_free(hw), xt_free(ht), xt_free(gx), xt_free(lse);
+}
+#else
+static void test_cuda_linear_bad_target(void **state) { (void)state; skip(); }
+static void test_cuda_linear_memory(void **state) { (void)state; skip(); }
+static void test_cuda_linear_large_extent(void **state) { (void)state; skip(); }
+#endif
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_linear_plan),
+      cmocka_unit_test(test_linear_errors),
+      cmocka_unit_test(test_checker_catches),
+      cmocka_unit_test(test_cpu_linear_features),
+      cmocka_unit_test(test_cpu_linear_gradients),
+      cmocka_unit_test(test_cpu_linear_edges),
+      cmocka_unit_test(test_cuda_linear_features),
+      cmocka_unit_test(test_cuda_linear_gradients),
+      cmocka_unit_test(test_cuda_linear_edges),
+      cmocka_unit_test(test_cuda_linear_medium),
+      cmocka_unit_test(test_cuda_linear_bad_target),
+      cmocka_unit_test(test_cuda_linear_memory),
+      cmocka_unit_test(test_cuda_linear_large_extent),
+  };
+  const char *only = getenv("XENT_TEST_ONLY");
+  if (only && *only) cmocka_set_test_filter(only);
+  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  printf("[ CASES    ] %ld fused linear calls checked against the reference\n", g_cases);
+  return failed;
+}
