@@ -20,6 +20,7 @@ import glob
 import os
 import sys
 import threading
+from typing import Optional
 from ctypes import (
     POINTER,
     Structure,
@@ -119,6 +120,52 @@ class XentOutput(Structure):
         ("predicted", c_void_p),
         ("lse", c_void_p),
     ]
+
+
+class XentLinearInput(Structure):
+    _fields_ = [
+        ("hidden", c_void_p),
+        ("rows", c_int64),
+        ("hidden_size", c_int64),
+        ("hidden_stride", c_int64),
+        ("weight", c_void_p),
+        ("vocab", c_int64),
+        ("weight_stride", c_int64),
+        ("bias", c_void_p),
+        ("dtype", c_int),
+        ("targets", c_void_p),
+        ("target_type", c_int),
+        ("class_weights", c_void_p),
+    ]
+
+
+class XentLinearOptions(Structure):
+    _fields_ = [
+        ("use_token_scaling", c_int),
+        ("chunk_rows", c_int64),
+        ("memory_budget", c_size_t),
+    ]
+
+
+class XentLinearGrads(Structure):
+    _fields_ = [
+        ("hidden", c_void_p),
+        ("hidden_stride", c_int64),
+        ("hidden_dtype", c_int),
+        ("weight", c_void_p),
+        ("weight_stride", c_int64),
+        ("weight_dtype", c_int),
+        ("bias", c_void_p),
+        ("bias_dtype", c_int),
+        ("accumulate", c_int),
+        ("weight_accum", c_int),
+        ("grad_output", c_void_p),
+        ("grad_output_count", c_int64),
+    ]
+
+
+XENT_ACCUM_GRAD = 0
+XENT_ACCUM_FP32 = 1
 
 
 class XentExec(Structure):
@@ -271,6 +318,14 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.xent_options_default.restype = XentOptions
     lib.xent_exec_default.argtypes = []
     lib.xent_exec_default.restype = XentExec
+    lin_p, lopt_p, g_p = POINTER(XentLinearInput), POINTER(XentLinearOptions), POINTER(
+        XentLinearGrads)
+    lib.xent_linear_workspace_size.argtypes = [lin_p, lopt_p, g_p]
+    lib.xent_linear_workspace_size.restype = c_size_t
+    lib.xent_linear_forward.argtypes = [lin_p, opt_p, lopt_p, out_p, ex_p]
+    lib.xent_linear_forward.restype = c_int
+    lib.xent_linear_forward_backward.argtypes = [lin_p, opt_p, lopt_p, out_p, g_p, ex_p]
+    lib.xent_linear_forward_backward.restype = c_int
 
 
 def lib() -> ctypes.CDLL:
@@ -338,6 +393,30 @@ def forward(inp: XentInput, opt: XentOptions, out: XentOutput, ex: XentExec,
     """xent_forward (grad False) or xent_forward_grad (grad True); raises on error."""
     fn = lib().xent_forward_grad if grad else lib().xent_forward
     check(fn(ctypes.byref(inp), ctypes.byref(opt), ctypes.byref(out), ctypes.byref(ex)))
+
+
+def linear_workspace_size(inp: XentLinearInput, lopt: XentLinearOptions,
+                          grads: Optional[XentLinearGrads]) -> int:
+    """xent_linear_workspace_size; raises on invalid arguments."""
+    n = lib().xent_linear_workspace_size(ctypes.byref(inp), ctypes.byref(lopt),
+                                         None if grads is None else ctypes.byref(grads))
+    if n == 0:
+        check(9)  # XENT_ERROR_BAD_ARGUMENT, with the C library's message
+    return int(n)
+
+
+def linear(inp: XentLinearInput, opt: XentOptions, lopt: XentLinearOptions, out: XentOutput,
+           grads: Optional[XentLinearGrads], ex: XentExec) -> None:
+    """xent_linear_forward (grads None) or xent_linear_forward_backward."""
+    if grads is None:
+        status = lib().xent_linear_forward(ctypes.byref(inp), ctypes.byref(opt),
+                                           ctypes.byref(lopt), ctypes.byref(out),
+                                           ctypes.byref(ex))
+    else:
+        status = lib().xent_linear_forward_backward(ctypes.byref(inp), ctypes.byref(opt),
+                                                    ctypes.byref(lopt), ctypes.byref(out),
+                                                    ctypes.byref(grads), ctypes.byref(ex))
+    check(status)
 
 
 def backward(grad_ptr: int, dtype: int, rows: int, vocab: int, row_stride: int,

@@ -1,0 +1,116 @@
+"""What the PyTorch bindings (xent.torch: the loss over logits and the fused
+linear loss) share: dtype codes, the result type, where a C call runs, and
+the options' checks."""
+
+import threading
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _lib
+from ._lib import XentValueError
+
+_DTYPES = {
+    torch.float32: _lib.XENT_FLOAT32,
+    torch.bfloat16: _lib.XENT_BFLOAT16,
+    torch.float16: _lib.XENT_FLOAT16,
+}
+_TARGET_TYPES = {torch.int32: _lib.XENT_INT32, torch.int64: _lib.XENT_INT64}
+_NONE = _lib.XENT_REDUCTION_NONE
+
+
+@dataclass
+class CrossEntropyOutput:
+    """The structured result when any ``return_*`` flag is set."""
+
+    loss: Tensor
+    z_loss: Optional[Tensor] = None
+    token_accuracy: Optional[Tensor] = None
+    predicted_tokens: Optional[Tensor] = None
+
+
+# ---------------------------------------------------------------------------
+# Calling the C library on tensors
+# ---------------------------------------------------------------------------
+
+# The current stream's handle without building a torch.cuda.Stream object (the
+# accessor torch's own compiled code uses); absent from CPU-only builds.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_f32 = torch.float32
+
+
+_local = threading.local()
+
+
+def _exec_for(t: Tensor, verdict=None) -> _lib.XentExec:
+    """Where the C call runs: the tensor's device and torch's current stream.
+
+    The C library makes that device current for the call itself (and restores
+    the caller's), so no torch device context is needed around it. One
+    structure per thread and (device, stream), reused: its fields are set
+    before each call, and no other thread sees it.
+    """
+    if t.is_cuda:
+        index = t.get_device()
+        stream = (_raw_stream(index) if _raw_stream is not None
+                  else torch.cuda.current_stream(index).cuda_stream)
+        cache = getattr(_local, "execs", None)
+        if cache is None:
+            cache = _local.execs = {}
+        ex = cache.get((index, stream))
+        if ex is None:
+            if len(cache) > 64:
+                cache.clear()
+            ex = cache[(index, stream)] = _lib.XentExec()
+            ex.backend = _lib.XENT_BACKEND_CUDA
+            ex.device = index
+            ex.stream = stream
+        ex.verdict = None if verdict is None else verdict.handle
+        return ex
+    if t.device.type == "cpu":
+        ex = _lib.XentExec()
+        ex.backend = _lib.XENT_BACKEND_CPU
+        return ex
+    raise ValueError(f"xent runs on CPU and CUDA tensors, not on {t.device.type!r}")
+
+
+def _ptr(t: Optional[Tensor]) -> Optional[int]:
+    if t is None or t.numel() == 0:
+        return None
+    return t.data_ptr()
+
+
+def _row_stride(x: Tensor) -> int:
+    """Elements between row starts of a (N, V) tensor (0 = packed)."""
+    return x.stride(0) if x.shape[0] > 1 else 0
+
+
+# The options structure of each combination of Python option values (read-only
+# to the C call).
+_options = {}
+
+
+def _options_for(key):
+    opt = _options.get(key)
+    if opt is None:
+        if len(_options) > 256:
+            _options.clear()
+        opt = _options[key] = _lib.make_options(*key)
+    return opt
+
+
+def _check_options(label_smoothing, softcap, reduction) -> int:
+    """The peer's asserts, raised as the C library would (XentValueError with
+    its status and wording); the reduction's code."""
+    ls = float(label_smoothing)
+    if not (0.0 <= ls <= 1.0):
+        raise XentValueError(5, f"label_smoothing is {ls:g}; it must be in [0, 1]")
+    if softcap is not None and not (0.0 < float(softcap) < float("inf")):
+        raise XentValueError(6, f"softcap is {float(softcap):g}; it must be finite and > 0")
+    try:
+        return _lib.REDUCTIONS[reduction]
+    except (KeyError, TypeError):
+        raise XentValueError(8, f"reduction must be 'mean', 'sum' or 'none', not "
+                                f"{reduction!r}") from None
