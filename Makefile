@@ -25,18 +25,18 @@ build: deps $(BUILD)/CMakeCache.txt
 	@cmake --build $(BUILD) -j
 
 test: build
-	@cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
+	@. scripts/env.sh && cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
 	@scripts/sanitize.sh
-	@scripts/pytest.sh
+	@. scripts/env.sh && scripts/pytest.sh
 
 test-c: build
-	@cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
+	@. scripts/env.sh && cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
 
 test-sanitize: deps
 	@scripts/sanitize.sh
 
 test-python: build
-	@scripts/pytest.sh
+	@. scripts/env.sh && scripts/pytest.sh
 
 bench: build
 	@$(BUILD)/bench/xent-bench

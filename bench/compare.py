@@ -1,6 +1,11 @@
 #!/usr/bin/env python3
 """compare.py - xent against its peers, in one run on one GPU.
 
+`--kernel linear` runs the fused linear cross-entropy's benchmark instead
+(bench/linear.py: the LM head and the loss against the peers' fused linear
+losses and the three GEMMs alone); the default, `--kernel cross_entropy`,
+is the loss over materialised logits described here.
+
 Providers (each skipped, with a printed reason, when it is missing or cannot run):
 
     xent            xent.torch.cross_entropy(logits, target, reduction="mean"), CUDA,
@@ -607,6 +612,18 @@ class PointState:
 # ---------------------------------------------------------------------------
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--kernel" in argv:  # --kernel linear: the fused linear loss (bench/linear.py)
+        i = argv.index("--kernel")
+        kernel = argv[i + 1] if i + 1 < len(argv) else ""
+        rest = argv[:i] + argv[i + 2:]
+        if kernel == "linear":
+            import linear
+            return linear.main(rest)
+        if kernel != "cross_entropy":
+            print(f"compare.py: --kernel {kernel!r}: cross_entropy or linear", file=sys.stderr)
+            return 2
+        argv = rest
     args = parse_args(argv)
     if args.xent_lib:
         os.environ["XENT_LIBRARY"] = os.path.abspath(args.xent_lib)

@@ -1,0 +1,382 @@
+#!/usr/bin/env python3
+"""linear.py - the fused linear cross-entropy against its peers and its floor, in one run
+on one GPU (run through `bench/compare.py --kernel linear`, or directly).
+
+One timed iteration is a training step of the LM head and the loss: loss = f(x, W, y)
+with x (BT x H) and W (V x H) leaf tensors that require grad, then loss.backward(); the
+.grad of both are reset (None) before each iteration, outside the timed region. bf16.
+
+Providers (each skipped, with a printed reason, when it is missing or cannot run):
+
+    gemm_floor      the three products alone, through torch.matmul (cuBLAS): the logits
+                    x W^T, dX = G W and dW = G^T x with G a BT x V bf16 buffer. Not a loss:
+                    the floor every method's step is compared with (ratio = time / floor)
+    xent            xent.torch.FusedLinearCrossEntropyLoss, default settings
+    xent_fp32accum  the same with accum_dtype=torch.float32 (a V x H fp32 accumulator)
+    liger_flce      the peer's LigerFusedLinearCrossEntropyLoss (Triton, chunked)
+    cce             cut_cross_entropy.linear_cross_entropy, its default gradient filter
+    cce_exact       the same with filter_eps=None (no filtering: every gradient exact)
+    torch_fp32ce    F.cross_entropy((x @ W.T).float(), y): the logits upcast, as Hugging
+                    Face's default loss does
+    torch_bf16ce    F.cross_entropy(x @ W.T, y) in bf16
+    torch_compile   torch.compile of the fp32 one
+
+Memory: "extra" is the peak of torch.cuda.max_memory_allocated() over one fresh step,
+minus the inputs (x, W, y) and minus the gradients dX and dW that every method holds, in
+MiB; xent's scratch comes from torch's allocator, so it is counted.
+
+Also, on request:
+    --chunk-curve   xent at several memory budgets at the first shape: time and extra
+                    memory of each (what the budget setting costs)
+    --weight-error  the weight gradient's error against a float64 reference (computed on
+                    the GPU) for xent (bf16 and fp32 accumulation) and the peer (both), at
+                    the first shape's H and V with a smaller BT
+
+Output: CSV rows in results_csv.py's schema (kernel_name "fused_linear_cross_entropy",
+mode "full"; metrics speed ms, memory MB (extra), floor_ratio, tflops), a table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.dont_write_bytecode = True
+sys.path.insert(0, HERE)
+
+import results_csv  # noqa: E402
+
+SHAPES = [(8192, 4096, 128256), (8192, 2304, 256000), (4096, 4096, 128256), (8192, 2048, 128256)]
+SWEEP_BT = [2048, 4096, 8192, 16384, 32768]
+PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "cce", "cce_exact",
+             "torch_fp32ce", "torch_bf16ce", "torch_compile"]
+CHUNK_BUDGETS_MIB = [32, 64, 128, 256, 512, 1024]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sweep", choices=["shapes", "bt", "all"], default="shapes")
+    p.add_argument("--shape", default=None, help="one point BT,H,V instead of the sweep")
+    p.add_argument("--providers", default=",".join(PROVIDERS))
+    p.add_argument("--skip", default="")
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--chunk-curve", action="store_true")
+    p.add_argument("--weight-error", action="store_true")
+    p.add_argument("--out", default=os.path.join(HERE, "results", "linear.csv"))
+    p.add_argument("--no-append", action="store_true")
+    p.add_argument("--budget-s", type=float, default=None)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--quick", action="store_true", help="small shapes (a test of the driver)")
+    a = p.parse_args(argv)
+    skip = set(s for s in a.skip.split(",") if s)
+    a.provider_names = [n for n in a.providers.split(",") if n and n not in skip]
+    for n in a.provider_names:
+        if n not in PROVIDERS:
+            p.error(f"unknown provider {n!r}")
+    return a
+
+
+def quantiles(s: List[float]) -> Tuple[float, float, float]:
+    s = sorted(s)
+
+    def q(p):
+        pos = p * (len(s) - 1)
+        lo = int(math.floor(pos))
+        hi = min(lo + 1, len(s) - 1)
+        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+    return q(0.5), q(0.2), q(0.8)
+
+
+def make_providers(torch, names: List[str]):
+    """name -> (fn(x, w, y) -> loss, None) or (None, reason)."""
+    F = torch.nn.functional
+    out: Dict[str, Tuple[Optional[Callable], Optional[str]]] = {}
+    xt = None
+    try:
+        pkg = os.path.join(REPO, "python")
+        if pkg not in sys.path:
+            sys.path.insert(0, pkg)
+        import xent.torch as xt  # noqa: F811
+    except Exception as e:
+        xt_reason = f"import xent.torch failed: {e}"
+    for n in names:
+        if n == "gemm_floor":
+            out[n] = (None, None)  # timed by its own routine
+        elif n in ("xent", "xent_fp32accum"):
+            if xt is None:
+                out[n] = (None, xt_reason)
+                continue
+            fn = xt.FusedLinearCrossEntropyLoss(
+                accum_dtype=torch.float32 if n == "xent_fp32accum" else None)
+            out[n] = ((lambda x, w, y, fn=fn: fn(w, x, y)), None)
+        elif n == "liger_flce":
+            try:
+                from liger_kernel.transformers.fused_linear_cross_entropy import (
+                    LigerFusedLinearCrossEntropyLoss)
+                fn = LigerFusedLinearCrossEntropyLoss()
+                out[n] = ((lambda x, w, y, fn=fn: fn(w, x, y)), None)
+            except Exception as e:
+                out[n] = (None, f"liger_kernel not importable: {type(e).__name__}: {e}")
+        elif n in ("cce", "cce_exact"):
+            try:
+                from cut_cross_entropy import linear_cross_entropy
+                kw = {} if n == "cce" else {"filter_eps": None}
+                out[n] = ((lambda x, w, y, kw=kw: linear_cross_entropy(x, w, y, **kw)), None)
+            except Exception as e:
+                out[n] = (None, f"cut_cross_entropy not importable: {type(e).__name__}: {e}")
+        elif n == "torch_fp32ce":
+            out[n] = ((lambda x, w, y: F.cross_entropy((x @ w.t()).float(), y)), None)
+        elif n == "torch_bf16ce":
+            out[n] = ((lambda x, w, y: F.cross_entropy(x @ w.t(), y)), None)
+        elif n == "torch_compile":
+            out[n] = (torch.compile(lambda x, w, y: F.cross_entropy((x @ w.t()).float(), y)),
+                      None)
+    return out
+
+
+class Bench:
+    def __init__(self, torch, args):
+        self.torch, self.args = torch, args
+
+    def inputs(self, bt, h, v):
+        torch = self.torch
+        g = torch.Generator(device="cuda").manual_seed(self.args.seed)
+        x = torch.randn(bt, h, device="cuda", dtype=torch.bfloat16, generator=g)
+        w = (torch.randn(v, h, device="cuda", dtype=torch.float32, generator=g)
+             * (2.0 / math.sqrt(h))).to(torch.bfloat16)
+        y = torch.randint(0, v, (bt,), device="cuda", generator=g)
+        y[::13] = -100
+        return x.requires_grad_(), w.requires_grad_(), y
+
+    def time_step(self, fn, x, w, y) -> List[float]:
+        torch = self.torch
+        times = []
+        for i in range(self.args.warmup + self.args.iters):
+            x.grad = w.grad = None
+            torch.cuda.synchronize()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn(x, w, y).backward()
+            b.record()
+            torch.cuda.synchronize()
+            if i >= self.args.warmup:
+                times.append(a.elapsed_time(b))
+        x.grad = w.grad = None
+        return times
+
+    def time_floor(self, bt, h, v) -> List[float]:
+        torch = self.torch
+        x = torch.randn(bt, h, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(v, h, device="cuda", dtype=torch.bfloat16)
+        logits = torch.empty(bt, v, device="cuda", dtype=torch.bfloat16)
+        gz = torch.randn(bt, v, device="cuda", dtype=torch.bfloat16) * 1e-3
+        dx = torch.empty(bt, h, device="cuda", dtype=torch.bfloat16)
+        dw = torch.empty(v, h, device="cuda", dtype=torch.bfloat16)
+        times = []
+        for i in range(self.args.warmup + self.args.iters):
+            torch.cuda.synchronize()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            torch.matmul(x, w.t(), out=logits)
+            torch.matmul(gz, w, out=dx)
+            torch.matmul(gz.t(), x, out=dw)
+            b.record()
+            torch.cuda.synchronize()
+            if i >= self.args.warmup:
+                times.append(a.elapsed_time(b))
+        del x, w, logits, gz, dx, dw
+        return times
+
+    def extra_memory(self, fn, x, w, y) -> float:
+        """Peak over one step beyond the inputs and dX, dW, in MiB."""
+        torch = self.torch
+        x.grad = w.grad = None
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn(x, w, y).backward()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+        grads = x.numel() * x.element_size() + w.numel() * w.element_size()
+        x.grad = w.grad = None
+        return (peak - base - grads) / 2**20
+
+
+def weight_error(torch, xt, bt, h, v, seed, chunk_budgets=(None,)):
+    """Relative error (Frobenius) of dW against float64, per method."""
+    F = torch.nn.functional
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(bt, h, device="cuda", dtype=torch.bfloat16, generator=g)
+    w = (torch.randn(v, h, device="cuda", generator=g) * (2.0 / math.sqrt(h))).to(torch.bfloat16)
+    y = torch.randint(0, v, (bt,), device="cuda", generator=g)
+    x64, w64 = x.double(), w.double().requires_grad_()
+    F.cross_entropy(x64 @ w64.t(), y).backward()
+    ref = w64.grad
+    del w64
+    out = {}
+
+    def err(dw):
+        return float((dw.double() - ref).norm() / ref.norm())
+
+    for name, kw in (("xent (bf16 accumulation)", {}),
+                     ("xent (accum_dtype=float32)", {"accum_dtype": torch.float32})):
+        wa = w.clone().requires_grad_()
+        xt.fused_linear_cross_entropy(x, wa, y, **kw).backward()
+        out[name] = err(wa.grad)
+    try:
+        from liger_kernel.transformers.fused_linear_cross_entropy import (
+            LigerFusedLinearCrossEntropyLoss)
+        for name, kw in (("liger (default)", {}), ("liger (accum_dtype=float32)",
+                                                   {"accum_dtype": torch.float32})):
+            # the peer computes dW only when the input requires grad as well
+            wa, xa = w.clone().requires_grad_(), x.clone().requires_grad_()
+            LigerFusedLinearCrossEntropyLoss(**kw)(wa, xa, y).backward()
+            out[name] = err(wa.grad)
+    except Exception as e:
+        out["liger"] = f"not run: {type(e).__name__}: {e}"
+    wa = w.clone().requires_grad_()
+    F.cross_entropy((x @ wa.t()).float(), y).backward()
+    out["torch (bf16 matmul, fp32 loss)"] = err(wa.grad)
+    return out
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+    if not torch.cuda.is_available():
+        print("linear.py: no GPU; the fused linear benchmark runs on CUDA only "
+              "(the CPU backend is tested, not benchmarked)")
+        return 0
+    dev_name = torch.cuda.get_device_name()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    xent_version = "unknown"
+    try:
+        sys.path.insert(0, os.path.join(REPO, "python"))
+        import xent
+        xent_version = xent.library_version()
+    except Exception:
+        pass
+    print(f"linear.py  {stamp}  {dev_name}  torch {torch.__version__}  xent {xent_version}")
+    for pkg in ("liger-kernel", "cut-cross-entropy"):
+        try:
+            from importlib.metadata import version
+            print(f"{pkg} {version(pkg)}")
+        except Exception:
+            print(f"{pkg}: not installed")
+    print(f"timing: median (p20 / p80) of {args.iters} steps after {args.warmup}; bf16; "
+          "ratio = time / the three GEMMs alone in this run")
+    if args.quick:
+        points = [("V", 1024, 512, 32000)]
+    elif args.shape:
+        bt, h, v = (int(s) for s in args.shape.split(","))
+        points = [("V", bt, h, v)]
+    else:
+        points = []
+        if args.sweep in ("shapes", "all"):
+            points += [("V", bt, h, v) for bt, h, v in SHAPES]
+        if args.sweep in ("bt", "all"):
+            points += [("BT", bt, 4096, 128256) for bt in SWEEP_BT if bt != 8192]
+    provs = make_providers(torch, args.provider_names)
+    for n, (fn, why) in provs.items():
+        if why:
+            print(f"skip {n}: {why}")
+    bench = Bench(torch, args)
+    out = results_csv.CsvWriter(args.out, append=not args.no_append)
+
+    def emit(prov, metric, unit, x_name, bt, h, v, q):
+        out.write({
+            "kernel_name": "fused_linear_cross_entropy", "kernel_provider": prov,
+            "kernel_operation_mode": "full", "metric_name": metric, "metric_unit": unit,
+            "x_name": x_name, "x_label": results_csv.X_LABELS[x_name],
+            "x_value": v if x_name == "V" else bt, "y_value_50": q[0], "y_value_20": q[1],
+            "y_value_80": q[2],
+            "extra_benchmark_config_str": json.dumps({"BT": bt, "H": h, "V": v,
+                                                      "dtype": "bfloat16"}),
+            "gpu_name": dev_name, "timestamp": stamp, "xent_version": xent_version})
+
+    t0 = time.time()
+    table = []
+    for x_name, bt, h, v in points:
+        if args.budget_s and time.time() - t0 > args.budget_s:
+            print(f"budget of {args.budget_s:.0f} s spent: stopped before {bt}x{h}x{v}")
+            break
+        flops = 6.0 * bt * h * v
+        print(f"\nBT={bt} H={h} V={v}   (logits {bt * v * 2 / 2**20:.0f} MiB in bf16; "
+              f"1/16: {bt * v * 2 / 16 / 2**20:.0f} MiB)")
+        print(f"  {'provider':<16}{'median ms':>10}  {'(p20 / p80)':<21}{'x floor':>8}"
+              f"{'TFLOP/s':>9}{'extra MiB':>11}")
+        floor = None
+        for n in args.provider_names:
+            fn, why = provs[n]
+            if why:
+                continue
+            torch.cuda.empty_cache()
+            try:
+                if n == "gemm_floor":
+                    q = quantiles(bench.time_floor(bt, h, v))
+                    floor = q[0]
+                    mem = None
+                else:
+                    x, w, y = bench.inputs(bt, h, v)
+                    mem = bench.extra_memory(fn, x, w, y)
+                    q = quantiles(bench.time_step(fn, x, w, y))
+                    del x, w, y
+            except Exception as e:
+                msg = f"{type(e).__name__}: {e}".replace("\n", " ")[:200]
+                print(f"  {n:<16}skipped: {msg}")
+                torch.cuda.empty_cache()
+                continue
+            ratio = q[0] / floor if floor else float("nan")
+            tf = flops / (q[0] * 1e-3) / 1e12
+            emit(n, "speed", "ms", x_name, bt, h, v, q)
+            emit(n, "tflops", "TFLOP/s", x_name, bt, h, v,
+                 (tf, flops / (q[2] * 1e-3) / 1e12, flops / (q[1] * 1e-3) / 1e12))
+            if floor:
+                emit(n, "floor_ratio", "ratio", x_name, bt, h, v,
+                     (ratio, q[1] / floor, q[2] / floor))
+            if mem is not None:
+                emit(n, "memory", "MB", x_name, bt, h, v, (mem, mem, mem))
+            table.append((bt, h, v, n, q[0], ratio, mem))
+            print(f"  {n:<16}{q[0]:>10.3f}  ({q[1]:>8.3f} / {q[2]:>8.3f}){ratio:>8.3f}"
+                  f"{tf:>9.1f}{'' if mem is None else f'{mem:>11.0f}'}")
+            sys.stdout.flush()
+
+    if args.chunk_curve and "xent" in provs and not provs["xent"][1]:
+        bt, h, v = SHAPES[0] if not args.quick else (1024, 512, 32000)
+        import xent.torch as xt
+        print(f"\nxent by memory budget at BT={bt} H={h} V={v}")
+        print(f"  {'budget MiB':>10}{'median ms':>11}{'extra MiB':>11}")
+        x, w, y = bench.inputs(bt, h, v)
+        for mib in CHUNK_BUDGETS_MIB:
+            fn = (lambda x_, w_, y_, mib=mib: xt.fused_linear_cross_entropy(
+                x_, w_, y_, memory_budget=mib << 20))
+            mem = bench.extra_memory(fn, x, w, y)
+            q = quantiles(bench.time_step(fn, x, w, y))
+            emit(f"xent_budget_{mib}MiB", "speed", "ms", "V", bt, h, v, q)
+            emit(f"xent_budget_{mib}MiB", "memory", "MB", "V", bt, h, v, (mem, mem, mem))
+            print(f"  {mib:>10}{q[0]:>11.3f}{mem:>11.0f}")
+        del x, w, y
+
+    if args.weight_error:
+        import xent.torch as xt_mod
+        bt, h, v = (2048, 4096, 128256) if not args.quick else (512, 256, 8000)
+        print(f"\nweight-gradient error against float64 (relative Frobenius), BT={bt} H={h} "
+              f"V={v}, mean reduction, bf16 inputs")
+        for name, e in weight_error(torch, xt_mod, bt, h, v, args.seed).items():
+            print(f"  {name:<34}{e if isinstance(e, str) else f'{e:.3e}'}")
+    out.close()
+    print(f"\nrows appended to {args.out}  ({time.time() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
