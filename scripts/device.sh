@@ -19,6 +19,8 @@
 #                chunk curve and weight-gradient error
 #   compare      bench/compare.py: the cross-entropy sweep against every peer
 #   host         bench/host_time.py at BT 1024 and 8192
+#   hf           bench/hf_step.py: a 1B-shaped Hugging Face model's training step with
+#                each loss (memory and time)
 #   sanitize     compute-sanitizer memcheck of test_linear's CUDA tests
 #
 # Each stage's one-line result is printed when it ends and again in the
@@ -159,6 +161,12 @@ if has compare && in_time compare; then
     ${XENT_COMPARE_ARGS:-} >"$OUT/compare.log" 2>&1
   note compare "rc=$?"
 fi
+if has hf && in_time hf; then
+  stamp "hf"
+  PYTHONUNBUFFERED=1 timeout 300 python3 bench/hf_step.py --out "$OUT/hf-step.csv" \
+    >"$OUT/hf.log" 2>&1
+  note hf "rc=$?"
+fi
 if has host && in_time host; then
   stamp "host"
   for bt in 1024 8192; do
@@ -175,5 +183,6 @@ for f in bench bench-before; do
   [ -f "$OUT/$f.log" ] && { echo "-- $f"; grep -E '^(BT|  *BT|shape|V=)' "$OUT/$f.log" | head -24; }
 done
 [ -f "$OUT/linear.log" ] && { echo "-- linear"; grep -vE '^\s*$' "$OUT/linear.log" | tail -60; }
+[ -f "$OUT/hf.log" ] && { echo "-- hf"; tail -8 "$OUT/hf.log"; }
 [ -f "$OUT/host.log" ] && { echo "-- host"; tail -30 "$OUT/host.log"; }
 exit 0
