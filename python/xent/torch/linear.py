@@ -37,9 +37,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _lib
-from ._lib import XentValueError
-from ._torch_common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _check_options,
+from .. import _lib
+from .._lib import XentValueError
+from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _check_options,
                             _exec_for, _f32, _options_for, _ptr)
 
 __all__ = ["FusedLinearCrossEntropyLoss", "fused_linear_cross_entropy"]

@@ -9,8 +9,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _lib
-from ._lib import XentValueError
+from .. import _lib
+from .._lib import XentValueError
 
 _DTYPES = {
     torch.float32: _lib.XENT_FLOAT32,

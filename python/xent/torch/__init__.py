@@ -85,9 +85,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _lib
-from ._lib import XentError, XentRuntimeError, XentValueError
-from ._torch_common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _check_options,
+from .. import _lib
+from .._lib import XentError, XentRuntimeError, XentValueError
+from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _check_options,
                             _exec_for, _f32, _options_for, _ptr, _row_stride)
 
 __all__ = [
@@ -504,4 +504,4 @@ class CrossEntropyLoss(torch.nn.Module):
 
 
 # The fused linear cross-entropy (its own module, exported here).
-from ._torch_linear import FusedLinearCrossEntropyLoss, fused_linear_cross_entropy  # noqa: E402
+from .linear import FusedLinearCrossEntropyLoss, fused_linear_cross_entropy  # noqa: E402
