@@ -441,6 +441,65 @@ XENT_API xent_status xent_linear_forward_backward(const xent_linear_input *in,
                                                   const xent_exec *exec);
 
 /* ------------------------------------------------------------------------ */
+/* Vocabulary-parallel cross-entropy: the logits sharded over P ranks        */
+/* ------------------------------------------------------------------------ */
+/*
+ * Rank p holds the columns [offset_p, offset_p + width_p) of every row (the
+ * shards tile [0, V)); every rank has every row's target (global class
+ * indices) and, with class weights, the whole V-long weight vector. A
+ * forward is three steps, with one collective between them:
+ *
+ *   1. xent_vp_stats: each rank reduces its shard of each row to a record of
+ *      R floats (R = xent_vp_record_floats()).
+ *   2. The caller all-gathers the records: P x rows x R floats, in rank
+ *      order (any engine: NCCL, MPI, torch.distributed).
+ *   3. xent_vp_forward: each rank combines the P records of each row and
+ *      writes the loss and the optional outputs (the same on every rank) and,
+ *      with a gradient, its shard's gradient in place. The backward is
+ *      xent_backward on the shard: nothing collective.
+ *
+ * A record, for rank p and row r (x' the soft-capped logits of the shard):
+ *
+ *   [0] m   max_j x'_j                     [4] wu  sum_j w_j (x'_j - m) / V
+ *   [1] s   sum_j exp(x'_j - m)            [5] sw  sum_j w_j / V
+ *   [2] t   x'_y if y is in the shard, else 0   [6] the first arg-max's global
+ *   [3] u   sum_j x'_j / V (smoothing)         index (int32 bits)   [7] 0
+ *
+ * R is 4 (16 bytes a row) unless class weights with label smoothing, token
+ * accuracy or predicted tokens are asked for (R = 8). Records combine
+ * associatively: m = max m_p, s = sum s_p exp(m_p - m), t = sum t_p, u =
+ * sum u_p, wu = sum (wu_p + sw_p (m_p - m)), sw = sum sw_p, the arg-max the
+ * lowest index of a maximal m_p. xent_vp_forward combines them in rank
+ * order, so every rank that gets the same gathered array computes the same
+ * bits. Ignored rows' records are all 0.
+ *
+ * Smoothing's eps = alpha / V, the weights' sum and N, W use the global V and
+ * all rows, so every shard's gradient is the single-GPU gradient's columns.
+ */
+
+/* Floats per record for these options (4 or 8). */
+XENT_API int xent_vp_record_floats(const xent_options *opt, const float *weights,
+                                   const xent_output *out);
+
+/* Step 1. `in` describes the shard: in->logits rows x width (in->vocab is the
+ * shard's width), in->targets every row's global target, in->weights NULL or
+ * all V weights. vocab: the global V; offset: the shard's first column.
+ * records: rows x R floats on the shard's side. Targets are checked as by
+ * xent_forward (XENT_TARGETS_DEFERRED is not available). */
+XENT_API xent_status xent_vp_stats(const xent_input *in, int64_t vocab, int64_t offset,
+                                   const xent_options *opt, const xent_output *out,
+                                   float *records, const xent_exec *exec);
+
+/* Step 3. gathered: ranks x rows x R floats, rank order. out as for
+ * xent_forward (outputs over all rows, identical on every rank); write_grad
+ * 1: the shard's gradient over its logits, for an upstream gradient of 1.
+ * Targets were checked in step 1 (and are not read for indexing here). */
+XENT_API xent_status xent_vp_forward(const xent_input *in, int64_t vocab, int64_t offset,
+                                     const xent_options *opt, const float *gathered, int ranks,
+                                     const xent_output *out, int write_grad,
+                                     const xent_exec *exec);
+
+/* ------------------------------------------------------------------------ */
 /* What this build and machine support                                       */
 /* ------------------------------------------------------------------------ */
 

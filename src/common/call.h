@@ -41,6 +41,19 @@ typedef struct xent_scale_call {
                                        far (grad_output_count values); NULL else    */
 } xent_scale_call;
 
+/* A vocabulary-parallel call (xent_vp_stats, xent_vp_forward): `c` is the
+ * shard as an ordinary call (c.in.vocab its width, c.in.weights all V
+ * weights), with the global V and the shard's first column beside it. */
+typedef struct xent_vp_call {
+  xent_call c;
+  int64_t vocab;          /* the global V                                        */
+  int64_t offset;         /* the shard's first column                            */
+  int record;             /* floats per record (4 or 8)                          */
+  float *records;         /* xent_vp_stats: rows x record floats                 */
+  const float *gathered;  /* xent_vp_forward: ranks x rows x record floats       */
+  int ranks;
+} xent_vp_call;
+
 #ifdef __cplusplus
 }
 #endif

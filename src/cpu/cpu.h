@@ -14,6 +14,8 @@ extern "C" {
 xent_status xent_cpu_forward(const xent_call *c);
 xent_status xent_cpu_backward(const xent_scale_call *c);
 xent_status xent_cpu_linear(const xent_linear_call *c);
+xent_status xent_cpu_vp_stats(const xent_vp_call *v);
+xent_status xent_cpu_vp_forward(const xent_vp_call *v);
 /* Threads a call with num_threads 0 uses. */
 int xent_cpu_default_threads(void);
 

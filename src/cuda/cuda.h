@@ -17,6 +17,8 @@ int xent_cuda_built(void);
 xent_status xent_cuda_forward(const xent_call *c);
 xent_status xent_cuda_backward(const xent_scale_call *c);
 xent_status xent_cuda_linear(const xent_linear_call *c);
+xent_status xent_cuda_vp_stats(const xent_vp_call *v);
+xent_status xent_cuda_vp_forward(const xent_vp_call *v);
 /* Device ordinal that owns `p`, or -1 for host memory, NULL or no CUDA. */
 int xent_cuda_pointer_device(const void *p);
 void xent_cuda_fill_info(xent_info *info);

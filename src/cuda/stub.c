@@ -22,6 +22,16 @@ xent_status xent_cuda_linear(const xent_linear_call *c) {
   return xent_fail(XENT_ERROR_UNSUPPORTED, "this build of xent has no CUDA backend");
 }
 
+xent_status xent_cuda_vp_stats(const xent_vp_call *v) {
+  (void)v;
+  return xent_fail(XENT_ERROR_UNSUPPORTED, "this build of xent has no CUDA backend");
+}
+
+xent_status xent_cuda_vp_forward(const xent_vp_call *v) {
+  (void)v;
+  return xent_fail(XENT_ERROR_UNSUPPORTED, "this build of xent has no CUDA backend");
+}
+
 int xent_cuda_pointer_device(const void *p) {
   (void)p;
   return -1;

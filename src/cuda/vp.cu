@@ -1,0 +1,126 @@
+/*
+ * vp.cu - the CUDA vocabulary-parallel calls on the caller's stream:
+ *   stats    (checked mode: the count kernel's verdict first) a block per
+ *            row writes the row's record
+ *   forward  the count kernel (N, W, the scales, the sum of all weights),
+ *            a block per row (combine, outputs, the shard's gradient), and
+ *            for mean and sum the finalize kernel
+ * Checked mode waits for the verdict once the stats are queued, as the
+ * single-GPU forward does.
+ */
+#include <string.h>
+
+#include "common/dtype.h"
+#include "common/workspace.h"
+#include "cuda/cuda.h"
+#include "cuda/device.cuh"
+#include "cuda/forward.cuh"
+#include "cuda/kernels/vp.cuh"
+#include "cuda/verdict.cuh"
+
+namespace xent {
+
+namespace {
+
+/* The shard as a call over the whole vocabulary: what the count kernel and
+ * the constants (eps = alpha / V, the sum of all weights) need. */
+xent_call global_view(const xent_vp_call *v) {
+  xent_call g = v->c;
+  g.in.vocab = v->vocab;
+  return g;
+}
+
+template <typename T>
+xent_status launch(bool stats, const vp_params &vp, cudaStream_t stream, const dev_props &dp,
+                   const xent_experimental &exp) {
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t cfg =
+      plain_config((unsigned)vp.p.rows, kVpThreads, stream, attr, dp.sm_major, exp);
+  cudaError_t e = stats ? cudaLaunchKernelEx(&cfg, vp_stats_kernel<T>, vp)
+                        : cudaLaunchKernelEx(&cfg, vp_forward_kernel<T>, vp);
+  if (e != cudaSuccess) return cuda_fail(e, stats ? "vp_stats_kernel launch" : "vp_forward_kernel launch");
+  return XENT_OK;
+}
+
+xent_status launch_dt(bool stats, xent_dtype dt, const vp_params &vp, cudaStream_t stream,
+                      const dev_props &dp, const xent_experimental &exp) {
+  if (dt == XENT_FLOAT32) return launch<float>(stats, vp, stream, dp, exp);
+  if (dt == XENT_BFLOAT16) return launch<__nv_bfloat16>(stats, vp, stream, dp, exp);
+  return launch<__half>(stats, vp, stream, dp, exp);
+}
+
+xent_status vp_impl(const xent_vp_call *v, bool stats, const dev_props &dp) {
+  const xent_call *c = &v->c;
+  cudaStream_t stream = (cudaStream_t)c->ex.stream;
+  const bool checked = stats && c->opt.target_check == XENT_TARGETS_CHECKED;
+  xent_status st;
+  if (checked && (st = refuse_capture(stream))) return st;
+  const int64_t rows = c->in.rows;
+  if (rows == 0) return stats ? XENT_OK : launch_empty_outputs(c->opt, c->out, stream);
+  const xent_call g = global_view(v);
+  xent_verdict *verdict = checked ? verdict_for(&g) : NULL;
+  const bool need_ws = checked || !stats;
+
+  char *ws = NULL;
+  bool owned = false;
+  if (need_ws) {
+    if (c->ex.workspace) {
+      ws = (char *)c->ex.workspace;
+    } else {
+      CK(cudaMallocAsync((void **)&ws, xent_ws_bytes(rows), stream));
+      owned = true;
+    }
+  }
+  const ce_workspace w = carve_workspace(ws, rows);
+  const bool per_row = c->opt.reduction == XENT_REDUCTION_NONE;
+  st = XENT_OK;
+  do {
+    if (need_ws && (st = launch_count(&g, w, verdict, stream))) break;
+    vp_params vp;
+    fill_params(&vp.p, &g); /* constants over the global V ... */
+    vp.p.vocab = (int)c->in.vocab; /* ... then the shard's width */
+    vp.p.hdr = need_ws ? w.hdr : NULL;
+    vp.p.verdict = checked ? w.hdr : NULL;
+    vp.p.row_loss = per_row ? c->out.loss : w.loss;
+    vp.p.row_z = per_row ? c->out.z_loss
+                         : ((c->opt.lse_square_scale > 0.0f || c->out.z_loss) ? w.z : NULL);
+    vp.p.row_acc = per_row ? c->out.token_accuracy : (c->out.token_accuracy ? w.acc : NULL);
+    vp.vocab = v->vocab;
+    vp.offset = v->offset;
+    vp.record = v->record;
+    vp.records = v->records;
+    vp.gathered = v->gathered;
+    vp.ranks = v->ranks;
+    if ((st = launch_dt(stats, c->in.dtype, vp, stream, dp, c->exp))) break;
+    if (!stats && !per_row &&
+        (st = launch_finalize(finalize_for(&g, vp.p, w), dp, c->exp, stream)))
+      break;
+  } while (0);
+  if (checked && st == XENT_OK) st = check_verdict(verdict, &g, false);
+  if (owned) {
+    cudaError_t e = cudaFreeAsync(ws, stream);
+    if (e != cudaSuccess && st == XENT_OK) st = cuda_fail(e, "cudaFreeAsync");
+  }
+  return st;
+}
+
+xent_status vp_entry(const xent_vp_call *v, bool stats) {
+  device_scope scope;
+  xent_status st = enter_device(v->c.ex.device, &scope);
+  if (st) return st;
+  dev_props props;
+  st = get_props(v->c.ex.device, &props);
+  if (!st) st = vp_impl(v, stats, props);
+  leave_device(&scope);
+  return st;
+}
+
+}  // namespace
+
+}  // namespace xent
+
+extern "C" xent_status xent_cuda_vp_stats(const xent_vp_call *v) { return xent::vp_entry(v, true); }
+
+extern "C" xent_status xent_cuda_vp_forward(const xent_vp_call *v) {
+  return xent::vp_entry(v, false);
+}

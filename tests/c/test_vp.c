@@ -1,0 +1,277 @@
+/*
+ * test_vp.c - the vocabulary-parallel calls: a problem's logits split into
+ * P shards of uneven widths in one process, each shard's records computed,
+ * gathered in rank order, and each shard's outputs and gradient written in
+ * place over the same buffer; the result must match the float64 reference
+ * of the whole vocabulary (xt_check: outputs, gradient, padding) and every
+ * rank's outputs the same bits. CPU always; CUDA with a GPU (skipped
+ * otherwise).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef XENT_TEST_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include "check.h"
+#include "reference.h"
+#include "xent.h"
+
+static long g_cases;
+
+static int have_gpu(void) {
+#ifdef XENT_TEST_HAVE_CUDA
+  int n = 0;
+  int ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  (void)cudaGetLastError();
+  return ok;
+#else
+  return 0;
+#endif
+}
+
+/* Shard widths for P ranks over V: uneven (the first ranks wider). */
+static void split(int64_t V, int P, int64_t *off, int64_t *wid) {
+  int64_t o = 0;
+  for (int p = 0; p < P; p++) {
+    wid[p] = V / P + (p < V % P ? 1 : 0) + (p == 0 && P > 1 && V > P + 3 ? 3 : 0) -
+             (p == P - 1 && P > 1 && V > P + 3 ? 3 : 0);
+    off[p] = o;
+    o += wid[p];
+  }
+}
+
+typedef struct bufs {
+  void *alloc, *targets;
+  float *weights, *records, *gathered;
+  float *loss[8], *z[8], *acc[8], *lse[8];
+  int64_t *pred[8];
+} bufs;
+
+/* Run the P shards on `cuda` (0: host buffers) over the problem; the
+ * outputs of rank 0 go to ob, the gradient over pb's buffer (alloc_after). */
+static long run_shards(xt_problem *pb, xt_outbuf *ob, int P, int cuda, void *alloc_after) {
+  const xt_case *c = &pb->c;
+  const int64_t rows = c->rows, V = c->vocab, S = pb->stride;
+  const size_t es = pb->esize;
+  int64_t off[8], wid[8];
+  split(V, P, off, wid);
+  xent_options opt = xt_case_options(c);
+  xent_output probe = xt_outbuf_view(ob, c);
+  const int R = xent_vp_record_floats(&opt, pb->weights, &probe);
+  const size_t rec_bytes = (size_t)(rows > 0 ? rows : 1) * (size_t)R * 4;
+  const int64_t count = ob->count;
+  bufs b;
+  memset(&b, 0, sizeof b);
+  const size_t alloc_bytes = pb->alloc_elems * es, tbytes = (size_t)(rows > 0 ? rows : 1) * 8;
+  xent_exec ex = xent_exec_default();
+  ex.backend = cuda ? XENT_BACKEND_CUDA : XENT_BACKEND_CPU;
+  long errs = 0;
+#define ALLOC(ptr, n) (cuda ? (void)CKA(&(ptr), n) : (void)((ptr) = xt_alloc(n)))
+#ifdef XENT_TEST_HAVE_CUDA
+#define CKA(pp, n) cudaMalloc((void **)(pp), (n))
+#define PUT(d, h, n) (cuda ? (void)cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) : (void)memcpy(d, h, n))
+#define GET(h, d, n) (cuda ? (void)cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost) : (void)memcpy(h, d, n))
+#define FREE(p) (cuda ? (void)cudaFree(p) : xt_free(p))
+#else
+#define CKA(pp, n) (*(pp) = NULL, 0)
+#define PUT(d, h, n) memcpy(d, h, n)
+#define GET(h, d, n) memcpy(h, d, n)
+#define FREE(p) xt_free(p)
+#endif
+  ALLOC(b.alloc, alloc_bytes);
+  ALLOC(b.targets, tbytes);
+  ALLOC(b.records, rec_bytes);
+  ALLOC(b.gathered, rec_bytes * (size_t)P);
+  if (pb->weights) ALLOC(b.weights, (size_t)V * 4);
+  PUT(b.alloc, pb->alloc, alloc_bytes);
+  PUT(b.targets, pb->targets, tbytes);
+  if (pb->weights) PUT(b.weights, pb->weights, (size_t)V * 4);
+  for (int p = 0; p < P; p++) {
+    ALLOC(b.loss[p], (size_t)(count + 1) * 4);
+    ALLOC(b.z[p], (size_t)(count + 1) * 4);
+    ALLOC(b.acc[p], (size_t)(count + 1) * 4);
+    ALLOC(b.lse[p], (size_t)(rows + 1) * 4);
+    ALLOC(b.pred[p], (size_t)(rows + 1) * 8);
+    PUT(b.loss[p], ob->loss, (size_t)(count + 1) * 4);
+    PUT(b.z[p], ob->z, (size_t)(count + 1) * 4);
+    PUT(b.acc[p], ob->acc, (size_t)(count + 1) * 4);
+    PUT(b.lse[p], ob->lse, (size_t)(rows + 1) * 4);
+    PUT(b.pred[p], ob->pred, (size_t)(rows + 1) * 8);
+  }
+  const char *logits0 = (const char *)b.alloc + ((const char *)pb->logits - (const char *)pb->alloc);
+  /* step 1 on every rank, step 2 (the gather) by copying */
+  for (int p = 0; p < P && !errs; p++) {
+    xent_input in = {(char *)logits0 + (size_t)off[p] * es, c->dtype, rows, wid[p], S,
+                     b.targets, c->ttype, b.weights};
+    xent_output out = xt_output_view(c, b.loss[p], b.z[p], b.acc[p], b.lse[p], b.pred[p]);
+    xent_status st = xent_vp_stats(&in, V, off[p], &opt, &out, b.records, &ex);
+    if (st) {
+      fprintf(stderr, "  xent_vp_stats rank %d: %s\n", p, xent_last_error());
+      errs++;
+      break;
+    }
+#ifdef XENT_TEST_HAVE_CUDA
+    if (cuda) cudaMemcpy((char *)b.gathered + rec_bytes * (size_t)p, b.records, rec_bytes,
+                         cudaMemcpyDeviceToDevice);
+    else
+#endif
+      memcpy((char *)b.gathered + rec_bytes * (size_t)p, b.records, rec_bytes);
+  }
+  /* step 3 on every rank */
+  for (int p = 0; p < P && !errs; p++) {
+    xent_input in = {(char *)logits0 + (size_t)off[p] * es, c->dtype, rows, wid[p], S,
+                     b.targets, c->ttype, b.weights};
+    xent_output out = xt_output_view(c, b.loss[p], b.z[p], b.acc[p], b.lse[p], b.pred[p]);
+    xent_status st = xent_vp_forward(&in, V, off[p], &opt, b.gathered, P, &out, c->grad, &ex);
+    if (st) {
+      fprintf(stderr, "  xent_vp_forward rank %d: %s\n", p, xent_last_error());
+      errs++;
+    }
+  }
+#ifdef XENT_TEST_HAVE_CUDA
+  if (cuda) cudaDeviceSynchronize();
+#endif
+  if (!errs) {
+    GET(alloc_after, b.alloc, alloc_bytes);
+    GET(ob->loss, b.loss[0], (size_t)(count + 1) * 4);
+    GET(ob->z, b.z[0], (size_t)(count + 1) * 4);
+    GET(ob->acc, b.acc[0], (size_t)(count + 1) * 4);
+    GET(ob->lse, b.lse[0], (size_t)(rows + 1) * 4);
+    GET(ob->pred, b.pred[0], (size_t)(rows + 1) * 8);
+    /* every rank's outputs: the same bits */
+    float *tmp = (float *)xt_alloc((size_t)(rows + 2) * 8);
+    for (int p = 1; p < P; p++) {
+      GET(tmp, b.loss[p], (size_t)(count + 1) * 4);
+      if (memcmp(tmp, ob->loss, (size_t)count * 4)) {
+        fprintf(stderr, "  rank %d's loss differs from rank 0's\n", p);
+        errs++;
+      }
+      GET(tmp, b.lse[p], (size_t)rows * 4);
+      if (memcmp(tmp, ob->lse, (size_t)rows * 4)) {
+        fprintf(stderr, "  rank %d's lse differs from rank 0's\n", p);
+        errs++;
+      }
+    }
+    xt_free(tmp);
+  }
+  FREE(b.alloc);
+  FREE(b.targets);
+  FREE(b.records);
+  FREE(b.gathered);
+  if (b.weights) FREE(b.weights);
+  for (int p = 0; p < P; p++) {
+    FREE(b.loss[p]);
+    FREE(b.z[p]);
+    FREE(b.acc[p]);
+    FREE(b.lse[p]);
+    FREE(b.pred[p]);
+  }
+  return errs;
+}
+
+static long run_case(const xt_case *c, int P, int cuda, xt_rng *rng) {
+  char desc[600], cd[500];
+  xt_case_desc(c, cd, sizeof cd);
+  snprintf(desc, sizeof desc, "%s P=%d %s", cuda ? "cuda" : "cpu", P, cd);
+  xt_problem pb;
+  xt_outbuf ob;
+  if (xt_problem_make(&pb, c, rng) != 0 || xt_outbuf_make(&ob, c) != 0) return 1;
+  xt_outbuf_poison(&ob);
+  void *after = xt_alloc(pb.alloc_elems * pb.esize);
+  long errs = run_shards(&pb, &ob, P, cuda, after);
+  if (!errs) errs = xt_check(&pb, &ob, after, desc);
+  else fprintf(stderr, "  [%s] failed to run\n", desc);
+  g_cases++;
+  xt_free(after);
+  xt_outbuf_free(&ob);
+  xt_problem_free(&pb);
+  return errs;
+}
+
+static long sweep(int cuda, const char *name) {
+  xt_rng rng = xt_rng_for(name);
+  const xent_dtype dts[] = {XENT_FLOAT32, XENT_BFLOAT16, XENT_FLOAT16};
+  const xent_reduction reds[] = {XENT_REDUCTION_MEAN, XENT_REDUCTION_SUM, XENT_REDUCTION_NONE};
+  const int ps[] = {1, 2, 3, 4, 7};
+  long errs = 0;
+  int k = 0;
+  for (int d = 0; d < 3; d++)
+    for (int r = 0; r < 3; r++)
+      for (int combo = 0; combo < XT_FEATURE_COMBOS; combo++, k++) {
+        xt_case c = xt_case_default(dts[d], 17 + (k % 4) * 9, 600 + 37 * (k % 7));
+        c.reduction = reds[r];
+        xt_feature_combo(&c, combo);
+        xt_vary_outputs(&c, k);
+        errs += run_case(&c, ps[k % 5], cuda, &rng);
+      }
+  /* every row ignored; a single rank holding one column; no gradient */
+  xt_case c = xt_case_default(XENT_BFLOAT16, 12, 64);
+  c.ignore_frac = 1.0;
+  errs += run_case(&c, 4, cuda, &rng);
+  c.empty_zero = 1;
+  errs += run_case(&c, 3, cuda, &rng);
+  c = xt_case_default(XENT_FLOAT32, 9, 5);
+  errs += run_case(&c, 5, cuda, &rng);
+  c = xt_case_default(XENT_FLOAT32, 30, 1000);
+  c.grad = 0;
+  xt_everything(&c);
+  errs += run_case(&c, 3, cuda, &rng);
+  return errs;
+}
+
+static void test_cpu_vp(void **state) {
+  (void)state;
+  assert_int_equal(sweep(0, "test_cpu_vp"), 0);
+}
+
+static void test_cuda_vp(void **state) {
+  (void)state;
+  if (!have_gpu()) skip();
+  assert_int_equal(sweep(1, "test_cuda_vp"), 0);
+}
+
+static void test_vp_errors(void **state) {
+  (void)state;
+  float logits[4 * 10] = {0}, records[4 * 8], loss[4];
+  int64_t t[4] = {1, 2, 3, 9};
+  xent_input in = {logits, XENT_FLOAT32, 4, 5, 10, t, XENT_INT64, NULL};
+  xent_options opt = xent_options_default();
+  xent_output out = {loss, NULL, NULL, NULL, NULL};
+  xent_exec ex = xent_exec_default();
+  for (int i = 0; i < 32; i++) records[i] = -7.0f;
+  assert_int_equal(xent_vp_stats(&in, 4, 0, &opt, &out, records, &ex), XENT_ERROR_BAD_SHAPE);
+  assert_int_equal(xent_vp_stats(&in, 10, 6, &opt, &out, records, &ex), XENT_ERROR_BAD_SHAPE);
+  assert_int_equal(xent_vp_stats(&in, 10, -1, &opt, &out, records, &ex), XENT_ERROR_BAD_SHAPE);
+  t[3] = 10; /* outside the global V */
+  assert_int_equal(xent_vp_stats(&in, 10, 5, &opt, &out, records, &ex), XENT_ERROR_BAD_TARGET);
+  assert_true(xt_mentions(xent_last_error(), "3"));
+  t[3] = 9;
+  opt.target_check = XENT_TARGETS_DEFERRED;
+  assert_int_equal(xent_vp_stats(&in, 10, 5, &opt, &out, records, &ex), XENT_ERROR_BAD_ARGUMENT);
+  opt = xent_options_default();
+  assert_int_equal(xent_vp_forward(&in, 10, 5, &opt, records, 0, &out, 1, &ex),
+                   XENT_ERROR_BAD_ARGUMENT);
+  for (int i = 0; i < 32; i++) assert_true(records[i] == -7.0f); /* nothing written */
+  for (int i = 0; i < 40; i++) assert_true(logits[i] == 0.0f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_vp_errors),
+      cmocka_unit_test(test_cpu_vp),
+      cmocka_unit_test(test_cuda_vp),
+  };
+  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  printf("[ CASES    ] %ld sharded calls checked against the reference\n", g_cases);
+  return failed;
+}
