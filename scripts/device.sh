@@ -19,6 +19,7 @@
 #                chunk curve and weight-gradient error
 #   compare      bench/compare.py: the cross-entropy sweep against every peer
 #   host         bench/host_time.py at BT 1024 and 8192
+#   vp           bench/vp.py: the vocabulary-parallel shard calls against the single-GPU loss
 #   hf           bench/hf_step.py: a 1B-shaped Hugging Face model's training step with
 #                each loss (memory and time)
 #   sanitize     compute-sanitizer memcheck of test_linear's CUDA tests
@@ -161,6 +162,11 @@ if has compare && in_time compare; then
     ${XENT_COMPARE_ARGS:-} >"$OUT/compare.log" 2>&1
   note compare "rc=$?"
 fi
+if has vp && in_time vp; then
+  stamp "vp"
+  timeout 200 python3 bench/vp.py >"$OUT/vp.log" 2>&1
+  note vp "rc=$?"
+fi
 if has hf && in_time hf; then
   stamp "hf"
   PYTHONUNBUFFERED=1 timeout 300 python3 bench/hf_step.py --out "$OUT/hf-step.csv" \
@@ -183,6 +189,7 @@ for f in bench bench-before; do
   [ -f "$OUT/$f.log" ] && { echo "-- $f"; grep -E '^(BT|  *BT|shape|V=)' "$OUT/$f.log" | head -24; }
 done
 [ -f "$OUT/linear.log" ] && { echo "-- linear"; grep -vE '^\s*$' "$OUT/linear.log" | tail -60; }
+[ -f "$OUT/vp.log" ] && { echo "-- vp"; tail -5 "$OUT/vp.log"; }
 [ -f "$OUT/hf.log" ] && { echo "-- hf"; tail -8 "$OUT/hf.log"; }
 [ -f "$OUT/host.log" ] && { echo "-- host"; tail -30 "$OUT/host.log"; }
 exit 0

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""vp.py - the vocabulary-parallel shard calls on one GPU, against xent's single-GPU loss
+over the same columns.
+
+For P in 2, 4, 8 and V = 128256 at BT = 8192 (bf16), one rank's work: xent_vp_stats
+over its V/P columns, then xent_vp_forward (outputs and the shard's gradient) from P
+gathered records (the other ranks' records made up: the collective itself is not
+timed here), against xent_forward_grad over a BT x V/P matrix alone (what the same
+columns cost without sharding). Also the bytes per row per rank the all-gather moves.
+Median of --iters after --warmup, CUDA events, the logits restored before each
+iteration (untimed).
+"""
+
+import argparse
+import ctypes
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bt", type=int, default=8192)
+    ap.add_argument("--vocab", type=int, default=128256)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    args = ap.parse_args(argv)
+    import torch
+
+    import xent.torch as xt
+    from xent import _lib
+    from xent.torch import parallel as xp
+
+    if not torch.cuda.is_available():
+        print("vp.py: no GPU; nothing measured")
+        return 0
+    lib = xp._lib_fns()
+    print(f"vp.py  {time.strftime('%Y-%m-%d %H:%M:%S')}  {torch.cuda.get_device_name()}  "
+          f"BT={args.bt} V={args.vocab} bf16, median of {args.iters}")
+    print(f"{'P':>3}{'columns':>9}{'stats ms':>10}{'forward ms':>12}{'shard total':>13}"
+          f"{'single-GPU ms':>15}{'ratio':>7}{'bytes/row/rank':>16}")
+    bt, v = args.bt, args.vocab
+
+    def timed(fn, restore):
+        ts = []
+        for i in range(args.warmup + args.iters):
+            restore()
+            torch.cuda.synchronize()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            if i >= args.warmup:
+                ts.append(a.elapsed_time(b))
+        ts.sort()
+        return ts[len(ts) // 2]
+
+    for p in (2, 4, 8):
+        w = v // p
+        x0 = torch.randn(bt, w, device="cuda", dtype=torch.bfloat16) * 2
+        x = torch.empty_like(x0)
+        t = torch.randint(0, v, (bt,), device="cuda")
+        loss = torch.empty((), device="cuda")
+        opt = _lib.make_options(check_targets=False)
+        out = _lib.XentOutput(loss.data_ptr(), None, None, None, None)
+        R = lib.xent_vp_record_floats(ctypes.byref(opt), None, ctypes.byref(out))
+        rec = torch.empty(bt, R, device="cuda")
+        gathered = torch.empty(p, bt, R, device="cuda")
+        inp = _lib.XentInput(x.data_ptr(), _lib.XENT_BFLOAT16, bt, w, 0, t.data_ptr(),
+                             _lib.XENT_INT64, None)
+        ex = xt._exec_for(x)
+
+        def stats():
+            _lib.check(lib.xent_vp_stats(ctypes.byref(inp), v, 0, ctypes.byref(opt),
+                                         ctypes.byref(out), rec.data_ptr(), ctypes.byref(ex)))
+
+        def forward():
+            _lib.check(lib.xent_vp_forward(ctypes.byref(inp), v, 0, ctypes.byref(opt),
+                                           gathered.data_ptr(), p, ctypes.byref(out), 1,
+                                           ctypes.byref(ex)))
+
+        restore = lambda: x.copy_(x0)  # noqa: E731
+        stats()
+        gathered.copy_(rec.unsqueeze(0).expand(p, -1, -1))  # the others' records, made up
+        ts = timed(stats, restore)
+        tf = timed(forward, restore)
+        single = timed(lambda: xt.cross_entropy(x.requires_grad_(), t.clamp(max=w - 1),
+                                                check_targets=False),
+                       lambda: (x.requires_grad_(False), x.copy_(x0)))
+        print(f"{p:>3}{w:>9}{ts:>10.3f}{tf:>12.3f}{ts + tf:>13.3f}{single:>15.3f}"
+              f"{(ts + tf) / single:>7.2f}{R * 4:>16}")
+        x0 = x = None
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

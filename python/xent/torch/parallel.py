@@ -1,0 +1,460 @@
+"""Vocabulary-parallel cross-entropy over torch.distributed (xent.h,
+"Vocabulary-parallel cross-entropy").
+
+Each rank of ``process_group`` holds the logits of a contiguous shard of
+the vocabulary, in rank order (rank 0 the first columns); the shards may be
+of different widths. Every rank has every row's target (global class
+indices) and, with class weights, the whole V-long weight vector.
+
+* ``vocab_parallel_cross_entropy(vocab_parallel_logits, target, ...)``: xent's
+  options over the global vocabulary (weights, ignore_index, label smoothing
+  with eps = alpha / V, z-loss, softcap, token accuracy and predicted token
+  as the global first arg-max, reductions). One collective in the forward
+  (an all-gather of 16 bytes per row per rank, 32 with weighted smoothing,
+  accuracy or predicted tokens), none in the backward, which scales the
+  shard's gradient in place on the device. The loss is the same on every
+  rank. DTensor logits sharded on their last dimension (torchtitan's
+  loss_parallel pattern) are accepted directly; the loss comes back as a
+  replicated DTensor then.
+* ``megatron_vocab_parallel_cross_entropy(vocab_parallel_logits, target,
+  label_smoothing=0.0)``: Megatron's semantics (per-token losses, no ignored
+  targets, its rescaled label smoothing).
+* ``vocab_parallel_fused_linear_cross_entropy(hidden, weight_shard, target, ...)``:
+  the LM head's weight sharded by vocabulary rows, the hidden states
+  replicated: logits a chunk of rows at a time, the same record exchange, and
+  dX summed over the ranks once (an all-reduce of BT x H).
+
+Shapes, dtypes and widths are compared across the ranks before the records
+are exchanged (an all-gather of 4 integers a rank): a mismatch raises the
+same error on every rank, so no rank is left waiting in a collective.
+``validate=False`` skips that exchange once a shape has been validated in the
+group, leaving the records' all-gather as the forward's one collective; the
+caller then guarantees that every rank calls with the same rows and dtype
+(a rank that alone changes shape would meet the others in the wrong
+collective). Targets outside [0, V) raise on every rank before the records
+are exchanged (every rank checks the same targets). With
+``check_targets=True`` the CUDA backend waits for the device's target check
+(as the single-GPU loss does); ``False`` never synchronises and gives bad rows
+a NaN loss and a zero gradient.
+
+As in the single-GPU loss, the gradient is written over the shard's logits.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from .. import _lib
+from .._lib import XentValueError
+from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _check_options,
+                      _exec_for, _f32, _options_for, _ptr)
+
+__all__ = ["vocab_parallel_cross_entropy", "megatron_vocab_parallel_cross_entropy",
+           "vocab_parallel_fused_linear_cross_entropy", "VocabParallelCrossEntropyLoss"]
+
+
+def _lib_fns():
+    lib = _lib.lib()
+    if not getattr(lib, "_xent_vp_declared", False):
+        import ctypes
+        in_p, opt_p, out_p = (ctypes.POINTER(_lib.XentInput), ctypes.POINTER(_lib.XentOptions),
+                              ctypes.POINTER(_lib.XentOutput))
+        ex_p = ctypes.POINTER(_lib.XentExec)
+        lib.xent_vp_record_floats.argtypes = [opt_p, ctypes.c_void_p, out_p]
+        lib.xent_vp_record_floats.restype = ctypes.c_int
+        lib.xent_vp_stats.argtypes = [in_p, ctypes.c_int64, ctypes.c_int64, opt_p, out_p,
+                                      ctypes.c_void_p, ex_p]
+        lib.xent_vp_stats.restype = ctypes.c_int
+        lib.xent_vp_forward.argtypes = [in_p, ctypes.c_int64, ctypes.c_int64, opt_p,
+                                        ctypes.c_void_p, ctypes.c_int, out_p, ctypes.c_int, ex_p]
+        lib.xent_vp_forward.restype = ctypes.c_int
+        lib._xent_vp_declared = True
+    return lib
+
+
+# ---------------------------------------------------------------------------
+# The layout of the shards over a group
+# ---------------------------------------------------------------------------
+
+_layouts: Dict[Tuple, Tuple[int, int, int, int]] = {}
+
+
+def _layout(group, rows: int, width: int, dtype: torch.dtype, device, vocab_size,
+            validate: bool = True) -> Tuple:
+    """(rank, ranks, offset, V) of this rank's shard, from every rank's rows,
+    width and dtype (exchanged every call unless validate is False and the
+    shape was validated before). Raises the same error on every rank when
+    they disagree."""
+    ranks = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    key = (id(group), rows, width, dtype, str(device), vocab_size)
+    hit = _layouts.get(key)
+    if hit is not None and not validate:
+        return hit
+    code = _DTYPES.get(dtype, -1)
+    dev = device if dist.get_backend(group) == "nccl" else torch.device("cpu")
+    mine = torch.tensor([rows, width, code, -1 if vocab_size is None else int(vocab_size)],
+                        dtype=torch.int64, device=dev)
+    every = [torch.empty_like(mine) for _ in range(ranks)]
+    dist.all_gather(every, mine, group=group)
+    table = torch.stack(every).cpu().tolist()
+    rows_all = {r[0] for r in table}
+    if len(rows_all) != 1:
+        raise XentValueError(2, f"the ranks' logits have different row counts "
+                                f"({[r[0] for r in table]}): every rank needs every row")
+    if len({r[2] for r in table}) != 1:
+        raise XentValueError(8, f"the ranks' logits have different dtypes (codes "
+                                f"{[r[2] for r in table]}): use one dtype on every rank")
+    widths = [r[1] for r in table]
+    total = sum(widths)
+    asked = {r[3] for r in table}
+    if len(asked) != 1 or (table[0][3] >= 0 and table[0][3] != total):
+        raise XentValueError(2, f"the shards' widths {widths} add up to {total}, not to the "
+                                f"vocab_size given ({[r[3] for r in table]})")
+    out = (rank, ranks, sum(widths[:rank]), total)
+    if len(_layouts) > 64:
+        _layouts.clear()
+    _layouts[key] = out
+    return out
+
+
+def _gather(records: Tensor, ranks: int, group) -> Tensor:
+    out = torch.empty((ranks,) + tuple(records.shape), dtype=records.dtype, device=records.device)
+    try:
+        dist.all_gather_into_tensor(out, records, group=group)
+    except (RuntimeError, NotImplementedError, AttributeError):
+        dist.all_gather(list(out.unbind(0)), records, group=group)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The calls
+# ---------------------------------------------------------------------------
+
+
+def _vp(x, t, weight, layout, red, ignore_index, label_smoothing, lse_square_scale, softcap,
+        check, want_z, want_acc, want_pred, grad, group):
+    """The three steps on tensors. Returns (loss, z, acc, pred)."""
+    rank, ranks, offset, vocab = layout
+    lib = _lib_fns()
+    n, width = x.shape
+    dev = x.device
+    shape = (n,) if red == _NONE else ()
+    loss = torch.empty(shape, dtype=_f32, device=dev)
+    z = torch.empty(shape, dtype=_f32, device=dev) if want_z else None
+    acc = torch.empty(shape, dtype=_f32, device=dev) if want_acc else None
+    pred = torch.empty((n,), dtype=torch.int64, device=dev) if want_pred else None
+    stride = x.stride(0) if n > 1 else 0
+    inp = _lib.XentInput(_ptr(x), _DTYPES[x.dtype], n, width, stride, _ptr(t),
+                         _TARGET_TYPES[t.dtype], _ptr(weight))
+    opt = _options_for((red, ignore_index, label_smoothing, lse_square_scale, softcap, check, True))
+    out = _lib.XentOutput(_ptr(loss), _ptr(z), _ptr(acc), _ptr(pred), None)
+    import ctypes
+    R = lib.xent_vp_record_floats(ctypes.byref(opt), _ptr(weight), ctypes.byref(out))
+    records = torch.empty((n, R), dtype=_f32, device=dev)
+    ex = _exec_for(x)
+    _lib.check(lib.xent_vp_stats(ctypes.byref(inp), vocab, offset, ctypes.byref(opt),
+                                 ctypes.byref(out), _ptr(records), ctypes.byref(ex)))
+    gathered = _gather(records, ranks, group) if ranks > 1 else records.unsqueeze(0)
+    _lib.check(lib.xent_vp_forward(ctypes.byref(inp), vocab, offset, ctypes.byref(opt),
+                                   _ptr(gathered), ranks, ctypes.byref(out), int(grad),
+                                   ctypes.byref(ex)))
+    return loss, z, acc, pred
+
+
+def _rescale(g: Tensor, grad_output: Tensor, applied: Tensor) -> None:
+    n, v = g.shape
+    if n == 0:
+        return
+    go = grad_output.to(device=g.device, dtype=_f32).reshape(-1).contiguous()
+    _lib.backward_rescale(g.data_ptr(), _DTYPES[g.dtype], n, v, g.stride(0) if n > 1 else 0,
+                          go.data_ptr(), applied.data_ptr(), applied.numel(), _exec_for(g))
+
+
+class _VPFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, t, weight, layout, red, ignore_index, label_smoothing, lse_square_scale,
+                softcap, check, want_z, want_acc, want_pred, group):
+        loss, z, acc, pred = _vp(x, t, weight, layout, red, ignore_index, label_smoothing,
+                                 lse_square_scale, softcap, check, want_z, want_acc, want_pred,
+                                 True, group)
+        torch.autograd.graph.increment_version(x)
+        applied = torch.ones(x.shape[0] if red == _NONE else 1, dtype=_f32, device=x.device)
+        ctx.save_for_backward(x.detach(), applied)
+        extras = [e for e, w in ((z, want_z), (acc, want_acc), (pred, want_pred)) if w]
+        if extras:
+            ctx.mark_non_differentiable(*extras)
+        return (loss.to(x.dtype),) + tuple(extras)
+
+    @staticmethod
+    def backward(ctx, grad_loss, *rest):
+        g, applied = ctx.saved_tensors
+        _rescale(g, grad_loss, applied)
+        return (g,) + (None,) * 13
+
+
+def vocab_parallel_cross_entropy(
+    vocab_parallel_logits: Tensor,
+    target: Tensor,
+    process_group=None,
+    weight: Optional[Tensor] = None,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    lse_square_scale: float = 0.0,
+    softcap: Optional[float] = None,
+    reduction: str = "mean",
+    return_z_loss: bool = False,
+    return_token_accuracy: bool = False,
+    return_predicted_tokens: bool = False,
+    *,
+    vocab_size: Optional[int] = None,
+    check_targets: bool = True,
+    validate: bool = True,
+):
+    """The cross-entropy of logits sharded by vocabulary over ``process_group``
+    (default: the world). ``vocab_parallel_logits`` (..., V_p): this rank's
+    columns; ``target`` (...): global class indices, the same on every rank;
+    ``weight``: all V class weights, or None. ``vocab_size``: the global V, to
+    check the shards against (default: the sum of the widths). Returns what
+    ``xent.torch.cross_entropy`` returns for the whole vocabulary."""
+    dtensor_mesh = None
+    logits = vocab_parallel_logits
+    try:
+        from torch.distributed.tensor import DTensor, Replicate, Shard
+    except ImportError:  # pragma: no cover - old torch
+        DTensor = None
+    if DTensor is not None and isinstance(logits, DTensor):
+        placements = logits.placements
+        if len(placements) != 1 or not (isinstance(placements[0], Shard) and
+                                        placements[0].dim in (-1, logits.dim() - 1)):
+            raise ValueError("DTensor logits must be sharded on their last dimension over a "
+                             f"1-D mesh (Shard(-1)); got placements {placements}")
+        dtensor_mesh = logits.device_mesh
+        process_group = dtensor_mesh.get_group()
+        logits = logits.to_local()
+        if isinstance(target, DTensor):
+            target = target.full_tensor()
+    group = process_group if process_group is not None else dist.group.WORLD
+    red = _check_options(label_smoothing, softcap, reduction)
+    if logits.dim() == 0:
+        raise XentValueError(2, "vocab_parallel_logits must have a vocabulary dimension")
+    lead = logits.shape[:-1]
+    if target.shape != lead:
+        raise ValueError(f"target has shape {tuple(target.shape)} but the logits have shape "
+                         f"{tuple(logits.shape)}: the target's shape must be logits.shape[:-1]")
+    width = logits.shape[-1]
+    x = logits.reshape(-1, width)
+    if (width > 1 and x.shape[0] > 0 and x.stride(1) != 1) or (x.shape[0] > 1 and
+                                                               x.stride(0) < width):
+        x = x.contiguous()
+    t = target.reshape(-1)
+    if t.dtype not in _TARGET_TYPES:
+        t = t.to(torch.int64)
+    t = t.contiguous()
+    layout = _layout(group, x.shape[0], width, x.dtype, x.device, vocab_size, validate)
+    w = None
+    if weight is not None:
+        if weight.shape != (layout[3],):
+            raise ValueError(f"weight must hold all {layout[3]} class weights, got shape "
+                             f"{tuple(weight.shape)}")
+        w = weight.to(device=x.device, dtype=_f32).contiguous()
+    check = _lib.XENT_TARGETS_CHECKED if check_targets else _lib.XENT_TARGETS_UNCHECKED
+    cap = None if softcap is None else float(softcap)
+    args = (t, w, layout, red, int(ignore_index), float(label_smoothing), float(lse_square_scale),
+            cap, check, bool(return_z_loss), bool(return_token_accuracy),
+            bool(return_predicted_tokens), group)
+    if x.requires_grad and torch.is_grad_enabled():
+        outs = _VPFunction.apply(x, *args)
+        loss = outs[0]
+        extras = iter(outs[1:])
+        z = next(extras) if return_z_loss else None
+        acc = next(extras) if return_token_accuracy else None
+        pred = next(extras) if return_predicted_tokens else None
+    else:
+        loss, z, acc, pred = _vp(x, *args[:-1], False, group)
+        loss = loss.to(x.dtype)
+    if red == _NONE:
+        loss = loss.view(lead)
+    if dtensor_mesh is not None:
+        loss = DTensor.from_local(loss, dtensor_mesh, [Replicate()], run_check=False)
+    if not (return_z_loss or return_token_accuracy or return_predicted_tokens):
+        return loss
+    if red == _NONE:
+        z = z.view(lead) if return_z_loss else None
+        acc = acc.view(lead) if return_token_accuracy else None
+    return CrossEntropyOutput(loss=loss, z_loss=z.to(x.dtype) if return_z_loss else None,
+                              token_accuracy=acc if return_token_accuracy else None,
+                              predicted_tokens=pred.view(lead) if return_predicted_tokens else None)
+
+
+class VocabParallelCrossEntropyLoss(torch.nn.Module):
+    """The module form: ``forward(vocab_parallel_logits, target)``."""
+
+    def __init__(self, process_group=None, weight: Optional[Tensor] = None,
+                 ignore_index: int = -100, label_smoothing: float = 0.0,
+                 lse_square_scale: float = 0.0, softcap: Optional[float] = None,
+                 reduction: str = "mean", *, check_targets: bool = True,
+                 validate: bool = True):
+        super().__init__()
+        self.validate = validate
+        _check_options(label_smoothing, softcap, reduction)
+        self.process_group = process_group
+        self.register_buffer("weight", weight, persistent=False)
+        self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
+        self.lse_square_scale, self.softcap = lse_square_scale, softcap
+        self.reduction, self.check_targets = reduction, check_targets
+
+    def forward(self, vocab_parallel_logits: Tensor, target: Tensor):
+        return vocab_parallel_cross_entropy(
+            vocab_parallel_logits, target, self.process_group, self.weight, self.ignore_index,
+            self.label_smoothing, self.lse_square_scale, self.softcap, self.reduction,
+            check_targets=self.check_targets, validate=self.validate)
+
+
+_NO_IGNORE = -(2**63)  # no target equals it: Megatron ignores nothing
+
+
+def megatron_vocab_parallel_cross_entropy(vocab_parallel_logits: Tensor, target: Tensor,
+                                          label_smoothing: float = 0.0, process_group=None):
+    """Megatron-LM's ``vocab_parallel_cross_entropy(vocab_parallel_logits,
+    target, label_smoothing)``: per-token losses of target's shape, every
+    target a real class, and Megatron's smoothing (alpha V / (V - 1), its
+    rescaling of the smoothing towards the non-target classes)."""
+    group = process_group if process_group is not None else dist.group.WORLD
+    width = vocab_parallel_logits.shape[-1]
+    rows = vocab_parallel_logits.numel() // max(width, 1)
+    v = _layout(group, rows, width, vocab_parallel_logits.dtype, vocab_parallel_logits.device,
+                None)[3]
+    ls = float(label_smoothing) * v / (v - 1) if label_smoothing > 0 and v > 1 else 0.0
+    return vocab_parallel_cross_entropy(vocab_parallel_logits, target, group,
+                                        ignore_index=_NO_IGNORE, label_smoothing=ls,
+                                        reduction="none", validate=False)
+
+
+# ---------------------------------------------------------------------------
+# Fused linear, vocabulary-parallel
+# ---------------------------------------------------------------------------
+
+
+class _VPLinearFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, b, t, cw, layout, red, ignore_index, label_smoothing,
+                lse_square_scale, softcap, check, chunk, group):
+        n = x.shape[0]
+        rank, ranks, offset, vocab = layout
+        lib = _lib_fns()
+        import ctypes
+        opt = _options_for((red, ignore_index, label_smoothing, lse_square_scale, softcap, check,
+                            True))
+        loss = torch.empty((), dtype=_f32, device=x.device)
+        out = _lib.XentOutput(_ptr(loss), None, None, None, None)
+        R = lib.xent_vp_record_floats(ctypes.byref(opt), _ptr(cw), ctypes.byref(out))
+        records = torch.empty((n, R), dtype=_f32, device=x.device)
+        ex = _exec_for(x)
+        tdt = _TARGET_TYPES[t.dtype]
+        es = t.element_size()
+
+        def logits_of(r0, r1):
+            z = x[r0:r1] @ w.t()
+            return z + b if b is not None else z
+
+        with torch.no_grad():  # pass 1: every chunk's records
+            for r0 in range(0, n, chunk):
+                r1 = min(n, r0 + chunk)
+                z = logits_of(r0, r1).contiguous()
+                inp = _lib.XentInput(z.data_ptr(), _DTYPES[z.dtype], r1 - r0, z.shape[1], 0,
+                                     t.data_ptr() + r0 * es, tdt, _ptr(cw))
+                _lib.check(lib.xent_vp_stats(ctypes.byref(inp), vocab, offset, ctypes.byref(opt),
+                                             ctypes.byref(out), records[r0:r1].data_ptr(),
+                                             ctypes.byref(ex)))
+            gathered = _gather(records, ranks, group) if ranks > 1 else records.unsqueeze(0)
+            dx = torch.zeros_like(x, dtype=_f32)
+            dw = torch.zeros_like(w, dtype=_f32)
+            db = torch.zeros_like(b, dtype=_f32) if b is not None else None
+            total = torch.zeros((), dtype=torch.float64, device=x.device)
+            for r0 in range(0, n, chunk):  # pass 2: the logits again, the gradients
+                r1 = min(n, r0 + chunk)
+                z = logits_of(r0, r1).contiguous()
+                part = gathered[:, r0:r1].contiguous()
+                inp = _lib.XentInput(z.data_ptr(), _DTYPES[z.dtype], r1 - r0, z.shape[1], 0,
+                                     t.data_ptr() + r0 * es, tdt, _ptr(cw))
+                chunk_loss = torch.empty((), dtype=_f32, device=x.device)
+                cout = _lib.XentOutput(chunk_loss.data_ptr(), None, None, None, None)
+                copt = _options_for((_lib.XENT_REDUCTION_SUM, ignore_index, label_smoothing,
+                                     lse_square_scale, softcap, _lib.XENT_TARGETS_UNCHECKED, True))
+                _lib.check(lib.xent_vp_forward(ctypes.byref(inp), vocab, offset,
+                                               ctypes.byref(copt), part.data_ptr(), ranks,
+                                               ctypes.byref(cout), 1, ctypes.byref(ex)))
+                total += chunk_loss.double()
+                dx[r0:r1] += (z @ w).float()
+                dw += (z.t() @ x[r0:r1]).float()
+                if db is not None:
+                    db += z.float().sum(0)
+            if ranks > 1:
+                dist.all_reduce(dx, group=group)  # the ranks' shares of dX, once
+            valid = t != ignore_index
+            if red == _lib.XENT_REDUCTION_MEAN:
+                denom = (cw[t[valid]].sum() if cw is not None else valid.sum()).double()
+                scale = torch.where(denom > 0, 1.0 / denom, torch.zeros_like(denom))
+                loss = (total * scale).float()
+                if lse_square_scale > 0 and cw is not None:
+                    raise NotImplementedError("z-loss with class weights and mean reduction in "
+                                              "the vocabulary-parallel fused linear loss")
+            else:
+                scale = torch.ones((), dtype=torch.float64, device=x.device)
+                loss = total.float()
+            f = scale.float()
+            dx, dw = (dx * f).to(x.dtype), (dw * f).to(w.dtype)
+            db = (db * f).to(b.dtype) if db is not None else None
+        ctx.save_for_backward(dx, dw, db)
+        ctx.has_bias = b is not None
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        dx, dw, db = ctx.saved_tensors
+        g = grad_loss.to(dx.dtype)
+        return (dx * g, dw * g.to(dw.dtype), (db * g.to(db.dtype)) if ctx.has_bias else None) + (
+            None,) * 11
+
+
+def vocab_parallel_fused_linear_cross_entropy(hidden: Tensor, weight_shard: Tensor, target: Tensor,
+                                              bias_shard: Optional[Tensor] = None,
+                                              process_group=None, ce_weight=None,
+                                              ignore_index: int = -100,
+                                              label_smoothing: float = 0.0,
+                                              lse_square_scale: float = 0.0,
+                                              softcap: Optional[float] = None,
+                                              reduction: str = "mean", *, chunk_rows: int = 1024,
+                                              check_targets: bool = True):
+    """The LM head (this rank's vocabulary rows of its weight, V_p x H) and the
+    loss over the whole vocabulary, without the logits: hidden (BT x H, the
+    same on every rank), target (BT). Mean and sum; the gradient of hidden
+    is summed over the ranks in the forward (one all-reduce), those of the
+    weight and bias shards stay on their rank."""
+    group = process_group if process_group is not None else dist.group.WORLD
+    red = _check_options(label_smoothing, softcap, reduction)
+    if red == _NONE:
+        raise XentValueError(9, "the vocabulary-parallel fused linear loss takes reduction "
+                                "'mean' or 'sum'")
+    if hidden.dim() != 2 or weight_shard.dim() != 2 or weight_shard.shape[1] != hidden.shape[1]:
+        raise XentValueError(2, f"hidden must be (BT, H) and weight_shard (V_p, H); got "
+                                f"{tuple(hidden.shape)} and {tuple(weight_shard.shape)}")
+    if weight_shard.dtype != hidden.dtype:
+        raise ValueError(f"weight_shard is {weight_shard.dtype} but hidden is {hidden.dtype}")
+    if target.shape != hidden.shape[:1]:
+        raise ValueError(f"target has shape {tuple(target.shape)}; expected ({hidden.shape[0]},)")
+    layout = _layout(group, hidden.shape[0], weight_shard.shape[0], hidden.dtype, hidden.device,
+                     None)
+    t = target.to(torch.int64).contiguous()
+    cw = None if ce_weight is None else ce_weight.to(device=hidden.device, dtype=_f32).contiguous()
+    check = _lib.XENT_TARGETS_CHECKED if check_targets else _lib.XENT_TARGETS_UNCHECKED
+    cap = None if softcap is None else float(softcap)
+    return _VPLinearFunction.apply(hidden.contiguous(), weight_shard.contiguous(), bias_shard, t,
+                                   cw, layout, red, int(ignore_index), float(label_smoothing),
+                                   float(lse_square_scale), cap, check, max(1, int(chunk_rows)),
+                                   group)
