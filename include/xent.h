@@ -190,7 +190,7 @@ typedef enum xent_target_check {
   /* Checked on the device as XENT_TARGETS_CHECKED (a bad target or weight
    * leaves the logits as they were, and the reduced outputs NaN), but the
    * call does not wait for the verdict: it leaves it in exec->verdict (a
-   * xent_verdict, required then) and returns XENT_OK once queued. Later,
+   * xent_verdict, required then on the CUDA backend) and returns XENT_OK once queued. Later,
    * from any thread, xent_verdict_wait() waits for the device's check of
    * that call alone and returns what the checked mode would have. A
    * training step waits before it uses the gradient (the PyTorch binding

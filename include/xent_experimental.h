@@ -65,7 +65,8 @@ typedef struct xent_experimental {
 
 /* Use `settings` for this thread's later calls; NULL restores the defaults.
  * Returns XENT_ERROR_BAD_ENUM or XENT_ERROR_BAD_ARGUMENT (nothing changed)
- * for values outside the ranges above. */
+ * for values outside the ranges above. A success leaves xent_last_error()
+ * as it was (the message of the last failed call stays readable). */
 XENT_API xent_status xent_experimental_set(const xent_experimental *settings);
 
 /* This thread's settings. */

@@ -11,8 +11,9 @@
 #   before       xent-bench of an earlier commit (build-before/), for bench's side-by-side
 #                table: its sources carried as .before/src.tar (git archive COMMIT)
 #   test         every C test through CTest: API, CPU, linear (CPU and CUDA), CUDA
-#   quick        the quick CUDA subset and test_linear only (a short run)
+#   quick        the quick CUDA subset, test_linear and test_vp (a short run)
 #   linear-test  test_linear only
+#   retest       the tests named in XENT_RETEST ("program:cmocka-pattern ..."), quick mode
 #   python       the pytest suite (CUDA parts included); XENT_PYTEST_ARGS narrows it
 #   bench        xent-bench --mode all (and the `before` build's, one after the other)
 #   linear       bench/compare.py --kernel linear: shapes (XENT_LINEAR_ARGS to change),
@@ -114,10 +115,22 @@ if has test && in_time test; then
 fi
 if has quick && in_time quick; then
   stamp "quick"
-  (XENT_TEST_QUICK=1 timeout 300 build/tests/test_cuda && build/tests/test_linear) \
-    >"$OUT/quick.log" 2>&1
+  (XENT_TEST_QUICK=1 timeout 300 build/tests/test_cuda; r1=$?
+   timeout 300 build/tests/test_linear; r2=$?
+   timeout 200 build/tests/test_vp; r3=$?; exit $((r1 | r2 | r3))) >"$OUT/quick.log" 2>&1
   note quick "rc=$? $(grep -E 'PASSED|FAILED' "$OUT/quick.log" | tr '\n' ' ' | cut -c1-120)"
   grep -E '^\[  FAILED|^  \[' "$OUT/quick.log" | head -30
+fi
+if has retest && in_time retest; then
+  stamp "retest"
+  rc=0
+  for t in ${XENT_RETEST:-}; do
+    XENT_TEST_QUICK=1 XENT_TEST_ONLY="${t#*:}" XENT_TEST_LINEAR_DIAG=1 timeout 200 \
+      "build/tests/${t%%:*}" >>"$OUT/retest.log" 2>&1 || rc=1
+  done
+  note retest "rc=$rc $(grep -cE '^\[       OK' "$OUT/retest.log") ok, $(
+    grep -cE '^\[  FAILED  \] test' "$OUT/retest.log") failed"
+  grep -E '^\[  FAILED  \] test|^diag|^  \[' "$OUT/retest.log" | head -40
 fi
 if has linear-test && in_time linear-test; then
   stamp "linear-test"

@@ -74,8 +74,10 @@ static xent_status check_launch(const xent_experimental_launch *l) {
   return XENT_OK;
 }
 
+/* Unlike the other entry points, a successful set leaves xent_last_error()
+ * alone: a test sets and restores settings around a failing call and then
+ * reads that call's message. */
 xent_status xent_experimental_set(const xent_experimental *settings) {
-  xent_clear_error();
   if (!settings) {
     const xent_experimental defaults = XENT_EXPERIMENTAL_INIT;
     current = defaults;

@@ -92,10 +92,6 @@ static xent_status forward_common(const xent_input *in, const xent_options *opt,
   if ((st = xent_check_options(opt))) return st;
   if ((st = xent_check_outputs(out, opt->reduction, in->rows))) return st;
 
-  if (opt->target_check == XENT_TARGETS_DEFERRED && !exec->verdict)
-    return xent_fail(XENT_ERROR_NULL_POINTER,
-                     "exec->verdict is NULL; XENT_TARGETS_DEFERRED needs a xent_verdict");
-
   xent_sides sides = {0};
   xent_sides_add(&sides, "logits", in->logits);
   xent_sides_add(&sides, "targets", in->targets);
@@ -113,6 +109,10 @@ static xent_status forward_common(const xent_input *in, const xent_options *opt,
       return st;
     return xent_cpu_forward(&c);
   }
+  if (opt->target_check == XENT_TARGETS_DEFERRED && !exec->verdict)
+    return xent_fail(XENT_ERROR_NULL_POINTER,
+                     "exec->verdict is NULL; XENT_TARGETS_DEFERRED on the CUDA backend needs a "
+                     "xent_verdict");
   if (c.ex.workspace && !xent_aligned(c.ex.workspace, 256))
     return xent_fail(XENT_ERROR_BAD_ARGUMENT, "workspace is not 256-byte aligned");
   if (c.ex.workspace && c.ex.workspace_bytes < xent_workspace_size(in->rows))
