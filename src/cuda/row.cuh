@@ -131,30 +131,26 @@ __device__ __forceinline__ void fold_stage(const uint4 (&v)[U], float &m, float 
   } while (0)
 
 /* Row-wide constants the gradient needs: g_j = a_s e_j - b (w_j) - [j == y] c
- * with e_j = exp(x'_j - m), a_s = a / s (rowmath.h). The exponent is one
- * FFMA, x'_j log2(e) - ml with ml = m log2(e) rounded: the FMA rounds once,
- * at the end, so every element of the row is off by the same d = m log2(e) -
- * ml, which a_s takes back (times 2^-d). The difference form (x' - m) log2(e)
- * is as accurate but costs an FADD more an element, 7 % of the step at V =
- * 32000 in bf16 (bench/NOTES.md: numerics). */
+ * with e_j = exp(x'_j - m), a_s = a / s (rowmath.h). The exponent is the
+ * difference (x'_j - m) log2(e), accurate for any finite row; the one-FFMA
+ * form x' log2(e) - m log2(e) is off by the rounding of the products, and
+ * its exact variant (the per-row offset taken back) measured slower
+ * (bench/NOTES.md: numerics). */
 struct grad_coef {
   float a_s, b, c;
   float m;
-  float neg_ml; /* -(m log2(e)), rounded                                      */
-  bool fma;     /* |m log2(e)| < 2^24: the FFMA form; else the difference,
-                   which no finite m overflows                                */
   int y;
 };
 
 /* The gradient of one element x (raw logit) with index j, before the
  * target's -c (applied per vector by fix_target). */
-template <bool GENERAL, bool FMA>
+template <bool GENERAL>
 __device__ __forceinline__ float grad_elem(const fwd_params &p, const grad_coef &gc, float x,
                                            int j, float *dfac) {
   float xc = x;
   *dfac = 1.0f;
   if (GENERAL && p.use_softcap) xc = cap(p, x, dfac);
-  float ej = fast_exp2(FMA ? fmaf(xc, kLog2e, gc.neg_ml) : (xc - gc.m) * kLog2e);
+  float ej = fast_exp2((xc - gc.m) * kLog2e);
   float bj = (GENERAL && p.weights) ? gc.b * __ldg(p.weights + j) : gc.b;
   float g = fmaf(gc.a_s, ej, -bj);
   if (GENERAL) g *= *dfac;
@@ -167,13 +163,8 @@ __device__ __forceinline__ void grad_vec(const fwd_params &p, const grad_coef &g
                                          float (&f)[elem<T>::N], int j0) {
   constexpr int VN = elem<T>::N;
   float dfac[VN];
-  if (gc.fma) { /* the same for the whole row: no divergence */
 #pragma unroll
-    for (int e = 0; e < VN; e++) f[e] = grad_elem<GENERAL, true>(p, gc, f[e], j0 + e, &dfac[e]);
-  } else {
-#pragma unroll
-    for (int e = 0; e < VN; e++) f[e] = grad_elem<GENERAL, false>(p, gc, f[e], j0 + e, &dfac[e]);
-  }
+  for (int e = 0; e < VN; e++) f[e] = grad_elem<GENERAL>(p, gc, f[e], j0 + e, &dfac[e]);
   const unsigned off = (unsigned)(gc.y - j0);
   if (off < (unsigned)VN) {
 #pragma unroll
@@ -187,8 +178,7 @@ template <bool GENERAL>
 __device__ __forceinline__ float grad_one(const fwd_params &p, const grad_coef &gc, float x,
                                           int j) {
   float dfac;
-  float g = gc.fma ? grad_elem<GENERAL, true>(p, gc, x, j, &dfac)
-                   : grad_elem<GENERAL, false>(p, gc, x, j, &dfac);
+  float g = grad_elem<GENERAL>(p, gc, x, j, &dfac);
   if (j == gc.y) g -= GENERAL ? gc.c * dfac : gc.c;
   return g;
 }
@@ -276,18 +266,10 @@ __device__ __forceinline__ grad_coef finish_row(const fwd_params &p, const row_s
   const float py = p.token_scaling ? expf((xy - r.m) - st.log_s) : 1.0f;
   const float f = p.row_grad_scale ? py * __ldg(p.row_grad_scale + row) : py;
   grad_coef gc;
-  const float ml = r.m * kLog2e;
-  /* |d| <= ulp(ml) / 2 <= 0.5, so 2^-d and the FMA's rounding near 0 stay
-   * exact to fp32; beyond (|m| > 1.1e7, no real model's logits) the
-   * difference form */
-  gc.fma = fabsf(ml) < 16777216.0f;
-  /* exact: what the rounding of ml left out (0 on the difference form) */
-  const float d = gc.fma ? fmaf(r.m, kLog2e, -ml) : 0.0f;
-  gc.a_s = c.a * f / r.s * exp2f(-d);
+  gc.a_s = c.a * f / r.s;
   gc.b = c.b * f;
   gc.c = c.c * f;
   gc.m = r.m;
-  gc.neg_ml = -ml;
   gc.y = y;
   if (write_outputs) {
     float lp = xent_row_loss(&k, &st) * py;

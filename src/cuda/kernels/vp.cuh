@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params 
     float xc = xr;
     dfac = 1.0f;
     if (p.use_softcap) xc = cap(p, xr, &dfac);
-    const float ej = fast_exp2(gc.fma ? fmaf(xc, kLog2e, gc.neg_ml) : (xc - gc.m) * kLog2e);
+    const float ej = fast_exp2((xc - gc.m) * kLog2e);
     const float bj = p.weights && p.k.smoothing ? gc.b * __ldg(p.weights + v.offset + j) : gc.b;
     g = fmaf(gc.a_s, ej, -bj);
     if (j == gc.y) g -= gc.c;
