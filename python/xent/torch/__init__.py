@@ -87,8 +87,8 @@ from torch import Tensor
 
 from .. import _lib
 from .._lib import XentError, XentRuntimeError, XentValueError
-from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _check_options,
-                            _exec_for, _f32, _options_for, _ptr, _row_stride)
+from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _alloc_outputs,
+                      _check_options, _exec_for, _extras, _f32, _options_for, _ptr, _row_stride)
 
 __all__ = [
     "CrossEntropyLoss",
@@ -128,14 +128,8 @@ def _run_forward(logits, targets, weight, reduction, ignore_index, label_smoothi
     an XENT_TARGETS_* code; DEFERRED leaves the verdict in `verdict`.
     """
     n, v = logits.shape
-    dev = logits.device
-    shape = (n,) if reduction == _NONE else ()
-    # Only the outputs asked for are allocated: at small shapes the host time
-    # of each allocation is a visible part of the step.
-    loss = torch.empty(shape, dtype=_f32, device=dev)
-    z = torch.empty(shape, dtype=_f32, device=dev) if want_z else None
-    acc = torch.empty(shape, dtype=_f32, device=dev) if want_acc else None
-    pred = torch.empty((n,), dtype=torch.int64, device=dev) if want_pred else None
+    loss, z, acc, pred = _alloc_outputs(n, reduction, want_z, want_acc, want_pred,
+                                        logits.device)
     ptr = _ptr
     inp = _lib.XentInput(ptr(logits), _DTYPES[logits.dtype], n, v, _row_stride(logits),
                          ptr(targets), _TARGET_TYPES[targets.dtype], ptr(weight))
@@ -289,16 +283,7 @@ class _CrossEntropyFunction(torch.autograd.Function):
             if logits.dtype != _f32:
                 loss = loss.to(dtype=logits.dtype)
         ctx.save_for_backward(logits.detach(), applied)
-        extras = []
-        if want_z:
-            extras.append(z.to(dtype=logits.dtype))
-        if want_acc:
-            extras.append(acc)
-        if want_pred:
-            extras.append(pred)
-        if extras:
-            ctx.mark_non_differentiable(*extras)
-        return (loss,) + tuple(extras)
+        return (loss,) + _extras(ctx, logits.dtype, z, acc, pred, want_z, want_acc, want_pred)
 
     @staticmethod
     def backward(ctx, grad_loss, *grad_extras):

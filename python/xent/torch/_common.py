@@ -114,3 +114,33 @@ def _check_options(label_smoothing, softcap, reduction) -> int:
     except (KeyError, TypeError):
         raise XentValueError(8, f"reduction must be 'mean', 'sum' or 'none', not "
                                 f"{reduction!r}") from None
+
+
+def _alloc_outputs(n: int, reduction: int, want_z: bool, want_acc: bool, want_pred: bool,
+                   device):
+    """The fp32 loss and the optional outputs a call was asked for (None for
+    the others): one value each, or n for reduction none; predicted tokens
+    int64, n of them. Only those asked for are allocated: at small shapes
+    each allocation is a visible part of the step's host time."""
+    shape = (n,) if reduction == _NONE else ()
+    loss = torch.empty(shape, dtype=_f32, device=device)
+    z = torch.empty(shape, dtype=_f32, device=device) if want_z else None
+    acc = torch.empty(shape, dtype=_f32, device=device) if want_acc else None
+    pred = torch.empty((n,), dtype=torch.int64, device=device) if want_pred else None
+    return loss, z, acc, pred
+
+
+def _extras(ctx, dtype, z, acc, pred, want_z: bool, want_acc: bool, want_pred: bool):
+    """An autograd.Function's outputs after the loss: the z-loss (in the
+    inputs' dtype), accuracy and predicted tokens asked for, in that order,
+    marked non-differentiable."""
+    extras = []
+    if want_z:
+        extras.append(z.to(dtype=dtype))
+    if want_acc:
+        extras.append(acc)
+    if want_pred:
+        extras.append(pred)
+    if extras:
+        ctx.mark_non_differentiable(*extras)
+    return tuple(extras)

@@ -39,8 +39,8 @@ from torch import Tensor
 
 from .. import _lib
 from .._lib import XentValueError
-from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _check_options,
-                            _exec_for, _f32, _options_for, _ptr)
+from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _alloc_outputs,
+                      _check_options, _exec_for, _extras, _f32, _options_for, _ptr)
 
 __all__ = ["FusedLinearCrossEntropyLoss", "fused_linear_cross_entropy"]
 
@@ -58,11 +58,7 @@ def _run_linear(x, w, targets, bias, ce_weight, reduction, ignore_index, label_s
     n, h = x.shape
     v = w.shape[0]
     dev = x.device
-    shape = (n,) if reduction == _NONE else ()
-    loss = torch.empty(shape, dtype=_f32, device=dev)
-    z = torch.empty(shape, dtype=_f32, device=dev) if want_z else None
-    acc = torch.empty(shape, dtype=_f32, device=dev) if want_acc else None
-    pred = torch.empty((n,), dtype=torch.int64, device=dev) if want_pred else None
+    loss, z, acc, pred = _alloc_outputs(n, reduction, want_z, want_acc, want_pred, dev)
     dt = _DTYPES[x.dtype]
     inp = _lib.XentLinearInput(_ptr(x), n, h, _stride0(x), _ptr(w), v, _stride0(w), _ptr(bias), dt,
                                _ptr(targets), _TARGET_TYPES[targets.dtype], _ptr(ce_weight))
@@ -219,16 +215,7 @@ class _LinearFunction(torch.autograd.Function):
             ctx.save_for_backward(dx, dw, db, applied)
         if compiling:
             loss = loss.clone()
-        extras = []
-        if want_z:
-            extras.append(z.to(x.dtype))
-        if want_acc:
-            extras.append(acc)
-        if want_pred:
-            extras.append(pred)
-        if extras:
-            ctx.mark_non_differentiable(*extras)
-        return (loss,) + tuple(extras)
+        return (loss,) + _extras(ctx, x.dtype, z, acc, pred, want_z, want_acc, want_pred)
 
     @staticmethod
     def backward(ctx, grad_loss, *grad_extras):

@@ -50,8 +50,8 @@ from torch import Tensor
 
 from .. import _lib
 from .._lib import XentValueError
-from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _check_options,
-                      _exec_for, _f32, _options_for, _ptr)
+from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _alloc_outputs,
+                      _check_options, _exec_for, _extras, _f32, _options_for, _ptr)
 
 __all__ = ["vocab_parallel_cross_entropy", "megatron_vocab_parallel_cross_entropy",
            "vocab_parallel_fused_linear_cross_entropy", "VocabParallelCrossEntropyLoss"]
@@ -143,11 +143,7 @@ def _vp(x, t, weight, layout, red, ignore_index, label_smoothing, lse_square_sca
     lib = _lib_fns()
     n, width = x.shape
     dev = x.device
-    shape = (n,) if red == _NONE else ()
-    loss = torch.empty(shape, dtype=_f32, device=dev)
-    z = torch.empty(shape, dtype=_f32, device=dev) if want_z else None
-    acc = torch.empty(shape, dtype=_f32, device=dev) if want_acc else None
-    pred = torch.empty((n,), dtype=torch.int64, device=dev) if want_pred else None
+    loss, z, acc, pred = _alloc_outputs(n, red, want_z, want_acc, want_pred, dev)
     stride = x.stride(0) if n > 1 else 0
     inp = _lib.XentInput(_ptr(x), _DTYPES[x.dtype], n, width, stride, _ptr(t),
                          _TARGET_TYPES[t.dtype], _ptr(weight))
@@ -185,10 +181,8 @@ class _VPFunction(torch.autograd.Function):
         torch.autograd.graph.increment_version(x)
         applied = torch.ones(x.shape[0] if red == _NONE else 1, dtype=_f32, device=x.device)
         ctx.save_for_backward(x.detach(), applied)
-        extras = [e for e, w in ((z, want_z), (acc, want_acc), (pred, want_pred)) if w]
-        if extras:
-            ctx.mark_non_differentiable(*extras)
-        return (loss.to(x.dtype),) + tuple(extras)
+        return (loss.to(x.dtype),) + _extras(ctx, x.dtype, z, acc, pred, want_z, want_acc,
+                                             want_pred)
 
     @staticmethod
     def backward(ctx, grad_loss, *rest):
