@@ -3,7 +3,11 @@
 Entry points:
 
 - :mod:`xent.torch` -- ``CrossEntropyLoss`` and ``cross_entropy`` for PyTorch
-  tensors (CPU and CUDA), with autograd and ``torch.compile`` support;
+  tensors (CPU and CUDA), with autograd and ``torch.compile`` support, and the
+  fused linear loss ``FusedLinearCrossEntropyLoss``; :mod:`xent.torch.parallel`
+  the vocabulary-parallel loss over torch.distributed;
+- :mod:`xent.transformers` -- ``apply_xent``: both losses under Hugging Face
+  causal LMs (Trainer, TRL);
 - :mod:`xent.numpy` -- ``cross_entropy`` for NumPy arrays on the CPU backend,
   for users without torch.
 

@@ -1,7 +1,7 @@
 /*
  * vp.c - the CPU backend's vocabulary-parallel calls: a shard's records
- * (xent_vp_stats) and, from the gathered records, the outputs and the
- * shard's gradient (xent_vp_forward). A row per thread at a time, sums in
+ * (step 1 of xent.h's vocabulary-parallel calls) and, from the gathered records,
+ * the outputs and the shard's gradient (step 3). A row per thread at a time, sums in
  * double, so results do not depend on the thread count.
  */
 #include <math.h>

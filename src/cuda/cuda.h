@@ -23,7 +23,7 @@ xent_status xent_cuda_vp_forward(const xent_vp_call *v);
 int xent_cuda_pointer_device(const void *p);
 void xent_cuda_fill_info(xent_info *info);
 xent_status xent_cuda_device_info(int device, xent_device_info *info);
-/* The deferred mode's verdicts (xent_verdict_create, _destroy, _wait). */
+/* The deferred mode's verdicts: made, destroyed and waited for. */
 xent_status xent_cuda_verdict_create(xent_verdict **verdict);
 void xent_cuda_verdict_destroy(xent_verdict *verdict);
 xent_status xent_cuda_verdict_wait(xent_verdict *verdict);
