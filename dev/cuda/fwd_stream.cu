@@ -9,7 +9,7 @@
  * vectors into the ring with per-thread asynchronous copies, in row order
  * and across rows, as far ahead as free slots allow, and reads each one once
  * it has landed. No thread waits for another's copies, so there is no
- * barrier per chunk (the ring kernel's cost, bench/NOTES.md v4); the only
+ * barrier per chunk (the ring kernel's cost, bench/HISTORY.md v4); the only
  * block-wide step is the reduction of each row's statistics.
  *
  * Per row, with a gradient:

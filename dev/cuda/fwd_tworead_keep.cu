@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(1024) fwd_tworead_keep(const fwd_params p, con
      * miss on every line). With KEEP the held vectors come from shared
      * memory, and only the tail is read again. Its first group is loaded
      * before the row reduction, so that the thread has loads in flight while
-     * it waits for the block (bench/NOTES.md v8; loading every next group
+     * it waits for the block (bench/HISTORY.md v8; loading every next group
      * ahead as well spills registers and was slower). */
     const bool hint2 = !KEEP && p.l2_hint;
     const keep_walk w = {vp, j_begin, j_end, U * nt, hint2, hint2 ? l2_policy(false) : 0,

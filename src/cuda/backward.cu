@@ -25,7 +25,7 @@ thread_local char g_last_scale[96] = "none";
  * `waves` times the blocks the GPU holds at once: a block then takes a few
  * items, and blocks finishing early take the next ones, so that SMs that
  * stream slower get less of the work (a persistent grid, one block per slot,
- * was 4 % slower on an H200: bench/NOTES.md v10). Few waves also keep the
+ * was 4 % slower on an H200: bench/HISTORY.md v10). Few waves also keep the
  * skip cheap: with a scalar factor of 1 every block reads it and returns. */
 template <typename T>
 xent_status launch_scale(const scale_params &s, const dev_props &dp, cudaStream_t stream,

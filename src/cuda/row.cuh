@@ -207,7 +207,7 @@ __device__ __forceinline__ bool call_rejected(const ws_header *verdict) {
  * not launched only once this one's wait is over. (The hardware launches a
  * dependent grid once every block of this one has started, so a larger
  * grid gains nothing. With this order in every kernel the full step at
- * V = 32000 was 0.2 to 0.7 % slower, bench/NOTES.md v23.) */
+ * V = 32000 was 0.2 to 0.7 % slower, bench/HISTORY.md v23.) */
 __device__ __forceinline__ bool kernel_enter(const ws_header *verdict, bool early = false) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (early) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

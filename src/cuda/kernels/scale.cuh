@@ -19,7 +19,7 @@ constexpr int kScaleUnroll = 16; /* vectors a thread loads before it stores */
 /* Work item i of the scale kernel: row i / chunks, vectors of chunk
  * i % chunks, blockDim.x * kScaleUnroll of them a chunk. Each thread loads
  * all its vectors of the item, then scales and stores them; plain loads and
- * stores (evict-first hints were 3 % slower, bench/NOTES.md v10). The host
+ * stores (evict-first hints were 3 % slower, bench/HISTORY.md v10). The host
  * sizes the grid (launch_scale). */
 template <typename T>
 __global__ void __launch_bounds__(kScaleMaxThreads) scale_kernel(const scale_params s,

@@ -17,7 +17,7 @@
  * kernel. (One block merging and adding every row, in one launch, was 10 us
  * slower at 8192 rows, with the merge's loads chained; a row's segments
  * meeting in a thread-block cluster instead of a merge kernel was 6 %
- * slower at bf16 8192 x 32000: bench/NOTES.md v22, v23.)
+ * slower at bf16 8192 x 32000: bench/HISTORY.md v22, v23.)
  *
  * The workspace's row arrays (common/workspace.h) hold segment 0's max and
  * sum, segment 1's and the target's logit, in that order. (max, sum) pairs,

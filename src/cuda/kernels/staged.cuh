@@ -259,7 +259,7 @@ __device__ __forceinline__ const uint4 *staged_wait(const fwd_params &p, staged_
  * that each thread's release orders its own reads of the slot before the
  * bulk copy that refills it. One lane arriving for its warp after
  * __syncwarp was no faster, and compute-sanitizer's racecheck reported
- * that hand-off as a hazard (bench/NOTES.md v11, v12). */
+ * that hand-off as a hazard (bench/HISTORY.md v11, v12). */
 __device__ __forceinline__ void staged_release(const fwd_params &p, staged_smem &sm,
                                                ring_pos &r) {
   mbar_arrive(&sm.empty[r.slot]);

@@ -18,7 +18,7 @@ constexpr int kWarpRowUnroll = 8;
 
 /* This lane's vectors j0, j0 + W, ... (U of them, those below n) of a row,
  * W the lanes that share the row (32 a warp). Plain loads, not ld_once's
- * evict-first ones: those cost this pass 2 to 4 % (bench/NOTES.md v20). */
+ * evict-first ones: those cost this pass 2 to 4 % (bench/HISTORY.md v20). */
 template <int U, int W = 32>
 __device__ __forceinline__ void warprow_load(uint4 (&v)[U], const uint4 *vp, int j0, int n) {
 #pragma unroll
