@@ -37,3 +37,33 @@ def test_summary_of_a_cpu_run_names_its_copy_baseline():
     md = summary.make_markdown(rows, ours="xent_cpu")
     assert "not measured" not in md
     assert "12.0 GB/s" in md
+
+
+def test_linear_summary_of_the_committed_runs(tmp_path):
+    import linear_summary
+
+    results = os.path.normpath(os.path.join(HERE, "..", "..", "bench", "results"))
+    out = tmp_path / "summary.md"
+    assert linear_summary.main([os.path.join(results, "h200-linear-v1.csv"),
+                                os.path.join(results, "h200-linear-v2-bt.csv"),
+                                "--out", str(out)]) == 0
+    text = out.read_text()
+    # every shape of the runs, the floor and xent in each, the budget curve
+    for shape in ("BT = 8192, H = 4096, V = 128256", "BT = 8192, H = 2304, V = 256000",
+                  "BT = 32768, H = 4096, V = 128256"):
+        assert shape in text
+    assert text.count("| the three GEMMs alone |") >= 7
+    assert "xent by `memory_budget`" in text and "| 1024 |" in text
+
+
+def test_compare_kernel_linear_without_a_gpu(capsys):
+    import compare
+
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        return  # the GPU run is the benchmark itself
+    assert compare.main(["--kernel", "linear", "--quick"]) == 0
+    assert "runs on CUDA only" in capsys.readouterr().out
