@@ -209,3 +209,65 @@ def test_compute_loss_func_matches_stock(rng, seed):
                                 num_items_in_batch=torch.tensor(17))
     ref = stock.loss_function(out.logits.detach().clone(), labels, V, num_items_in_batch=17)
     assert abs(got.item() - ref.item()) <= 1e-5 * ref.item()
+
+
+def _fsdp_worker(rank, world, path, out):
+    import pickle
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=world)
+    result = {}
+    try:
+        torch.manual_seed(0)
+        stock = transformers.LlamaForCausalLM(_config("llama"))
+        ours = copy.deepcopy(stock)
+        mesh = init_device_mesh("cpu", (world,))
+        for layer in ours.model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(ours, mesh=mesh)  # the head's weight is sharded over the ranks
+        xtf.apply_xent(ours)
+        ids = torch.randint(3, V, (2, 16), generator=torch.Generator().manual_seed(1))
+        a = stock(input_ids=ids, labels=ids)
+        b = ours(input_ids=ids, labels=ids)
+        a.loss.backward()
+        b.loss.backward()
+        result["loss"] = (b.loss.item(), a.loss.item(), b.logits is None)
+        worst = 0.0
+        for (n, p), q in zip(stock.named_parameters(), ours.parameters()):
+            g = q.grad.full_tensor() if hasattr(q.grad, "full_tensor") else q.grad
+            worst = max(worst, (g - p.grad).abs().max().item() / max(p.grad.abs().max().item(),
+                                                                     1e-30))
+        result["worst_grad"] = worst
+    except Exception:
+        import traceback
+        result["exception"] = traceback.format_exc()
+    with open(f"{out}.{rank}", "wb") as f:
+        pickle.dump(result, f)
+    dist.destroy_process_group()
+
+
+def test_fsdp_sharded_head(tmp_path):
+    """FSDP2 (fully_shard) over 2 CPU ranks with gloo: the head's weight is
+    gathered inside its own call, where the fused linear loss reads it; loss
+    and every gradient match the unsharded stock model."""
+    import pickle
+
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    pytest.importorskip("torch.distributed.fsdp")
+    out = str(tmp_path / "out")
+    mp.start_processes(_fsdp_worker, args=(2, str(tmp_path / "init"), out), nprocs=2,
+                       join=True, start_method="spawn")
+    for r in range(2):
+        with open(f"{out}.{r}", "rb") as f:
+            res = pickle.load(f)
+        assert "exception" not in res, res.get("exception")
+        got, want, logits_none = res["loss"]
+        assert logits_none and abs(got - want) <= 1e-5 * abs(want)
+        assert res["worst_grad"] < 1e-5, res
