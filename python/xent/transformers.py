@@ -56,7 +56,7 @@ __all__ = [
     "causal_lm_loss",
     "compute_loss_func",
 ] + [f"apply_xent_to_{name}" for name in ("llama", "mistral", "qwen2", "qwen3", "gemma2",
-                                           "gemma3", "phi3")]
+                                           "gemma3", "phi3", "granite")]
 
 # model_type -> the causal-LM classes of transformers that apply_xent patches.
 FAMILIES: Dict[str, Tuple[str, ...]] = {
@@ -67,6 +67,7 @@ FAMILIES: Dict[str, Tuple[str, ...]] = {
     "gemma2": ("Gemma2ForCausalLM",),
     "gemma3": ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"),
     "phi3": ("Phi3ForCausalLM",),
+    "granite": ("GraniteForCausalLM",),  # its logits divided by config.logits_scaling
 }
 _CLASS_NAMES = {c: family for family, classes in FAMILIES.items() for c in classes}
 
@@ -325,3 +326,4 @@ apply_xent_to_qwen3 = _family_patch("qwen3")
 apply_xent_to_gemma2 = _family_patch("gemma2")
 apply_xent_to_gemma3 = _family_patch("gemma3")
 apply_xent_to_phi3 = _family_patch("phi3")
+apply_xent_to_granite = _family_patch("granite")

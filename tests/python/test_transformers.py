@@ -43,6 +43,8 @@ def _config(family):
         return transformers.Gemma3TextConfig(**common, head_dim=16, final_logit_softcapping=5.0)
     if family == "phi3":
         return transformers.Phi3Config(**common)
+    if family == "granite":  # logit scaling: the logits divided by 4
+        return transformers.GraniteConfig(**common, logits_scaling=4.0)
     raise KeyError(family)
 
 
@@ -52,7 +54,8 @@ def _model(family, seed, device, dtype):
     cls = {"llama": transformers.LlamaForCausalLM, "mistral": transformers.MistralForCausalLM,
            "qwen2": transformers.Qwen2ForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
            "gemma2": transformers.Gemma2ForCausalLM, "gemma3": transformers.Gemma3ForCausalLM,
-           "phi3": transformers.Phi3ForCausalLM}[family]
+           "phi3": transformers.Phi3ForCausalLM,
+           "granite": transformers.GraniteForCausalLM}[family]
     return cls(cfg).to(device=device, dtype=dtype)
 
 
@@ -271,3 +274,23 @@ def test_fsdp_sharded_head(tmp_path):
         got, want, logits_none = res["loss"]
         assert logits_none and abs(got - want) <= 1e-5 * abs(want)
         assert res["worst_grad"] < 1e-5, res
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_shift_labels_given(rng, seed, mode):
+    """Pre-shifted labels (context or sequence parallelism) are scored as given."""
+    stock = _model("llama", seed, "cpu", torch.float32)
+    ours = copy.deepcopy(stock)
+    xtf.apply_xent(ours, **MODES[mode])
+    stock.train(), ours.train()
+    ids, labels = _batch(rng, "cpu")
+    shifted = torch.roll(labels, -1, dims=1)
+    shifted[:, -1] = -100
+    shifted[1, 3] = -100
+    a = stock(input_ids=ids, labels=labels, shift_labels=shifted)
+    b = ours(input_ids=ids, labels=labels, shift_labels=shifted)
+    _close(b.loss, a.loss, torch.float32, f"{mode} loss with shift_labels")
+    a.loss.backward()
+    b.loss.backward()
+    for (name, p), q in zip(stock.named_parameters(), ours.parameters()):
+        _close(q.grad, p.grad, torch.float32, f"{mode} grad {name} with shift_labels")
