@@ -39,6 +39,12 @@ typedef struct xent_cpu_ce {
   int token_scaling;           /* row loss, z and gradient times p_y       */
 } xent_cpu_ce;
 
+/* Row r's target as int64. */
+static inline int64_t xent_cpu_target(const xent_call *c, int64_t r) {
+  return c->in.target_type == XENT_INT32 ? (int64_t)((const int32_t *)c->in.targets)[r]
+                                         : ((const int64_t *)c->in.targets)[r];
+}
+
 /* Everything fixed before any row, from c (all rows' targets). */
 void xent_cpu_ce_init(xent_cpu_ce *f, const xent_call *c);
 

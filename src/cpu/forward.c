@@ -36,46 +36,6 @@
 #define SUM_BLOCK 1024
 
 /* ------------------------------------------------------------------------ */
-/* Scalar conversions (single elements: the target fix-up)                   */
-/* ------------------------------------------------------------------------ */
-
-static inline float bits_f32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static inline uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-
-static float load_one(const void *row, int64_t j, int dt) {
-  if (dt == DT_F32) return ((const float *)row)[j];
-  uint16_t h = ((const uint16_t *)row)[j];
-  if (dt == DT_BF16) return bits_f32((uint32_t)h << 16);
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu;
-  float mag;
-  if (em >= 0x7c00u) mag = bits_f32((em << 13) | 0x7f800000u);
-  else if (em >= 0x0400u) mag = bits_f32((em << 13) + (112u << 23));
-  else mag = (float)em * 0x1p-24f;
-  return bits_f32(f32_bits(mag) | sign);
-}
-
-static void store_one(void *row, int64_t j, float v, int dt) {
-  if (dt == DT_F32) {
-    ((float *)row)[j] = v;
-    return;
-  }
-  /* Through the vector conversion, so both paths round identically. */
-  uint16_t buf[8];
-  if (dt == DT_BF16) f32_to_bf16x8(buf, vsplat(v));
-  else f32_to_f16x8(buf, vsplat(v));
-  ((uint16_t *)row)[j] = buf[0];
-}
-
-/* ------------------------------------------------------------------------ */
 /* Forward: the passes over one row                                          */
 /* ------------------------------------------------------------------------ */
 
@@ -444,11 +404,6 @@ XENT_AI void row_forward(const fwd_ctx *f, void *x, int64_t y, float *E, float *
   store_one(x, y, gy, dt);
 }
 
-static int64_t target_of(const xent_call *c, int64_t r) {
-  return c->in.target_type == XENT_INT32 ? (int64_t)((const int32_t *)c->in.targets)[r]
-                                         : ((const int64_t *)c->in.targets)[r];
-}
-
 /* Rows [r0, r1) of one thread. */
 XENT_AI void rows_forward(const fwd_ctx *f, int64_t r0, int64_t r1, float *E, float *F,
                           row_res *res, const int dt) {
@@ -456,7 +411,7 @@ XENT_AI void rows_forward(const fwd_ctx *f, int64_t r0, int64_t r1, float *E, fl
   const int64_t V = c->in.vocab, S = c->in.row_stride;
   for (int64_t r = r0; r < r1; r++) {
     void *x = (char *)c->in.logits + (size_t)r * (size_t)S * ESZ(dt);
-    int64_t y = target_of(c, r);
+    int64_t y = xent_cpu_target(c, r);
     row_res *o = &res[r];
     if (y == c->opt.ignore_index) {
       o->loss = 0.0f;
@@ -468,7 +423,7 @@ XENT_AI void rows_forward(const fwd_ctx *f, int64_t r0, int64_t r1, float *E, fl
       continue;
     }
     const void *next = NULL;
-    if (f->prefetch && r + 1 < r1 && target_of(c, r + 1) != c->opt.ignore_index)
+    if (f->prefetch && r + 1 < r1 && xent_cpu_target(c, r + 1) != c->opt.ignore_index)
       next = (const char *)x + (size_t)S * ESZ(dt);
     const float gs = f->row_grad_scale ? f->grad_scale * f->row_grad_scale[r] : f->grad_scale;
     row_forward(f, x, y, E, F, o, next, gs, dt);
@@ -515,7 +470,7 @@ void xent_cpu_ce_init(fwd_ctx *f, const xent_call *c) {
   int64_t n_valid = 0;
   double w_valid = 0.0;
   for (int64_t r = 0; r < rows; r++) {
-    int64_t y = target_of(c, r);
+    int64_t y = xent_cpu_target(c, r);
     if (y == c->opt.ignore_index) continue;
     n_valid++;
     if (w) w_valid += w[y];

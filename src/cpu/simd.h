@@ -299,6 +299,46 @@ XENT_AI void vstore_part(void *p, v8f v, int n, const int dt) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Scalar conversions (single elements: a target, a shard's column)          */
+/* ------------------------------------------------------------------------ */
+
+XENT_AI float bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+XENT_AI uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+XENT_AI float load_one(const void *row, int64_t j, int dt) {
+  if (dt == DT_F32) return ((const float *)row)[j];
+  uint16_t h = ((const uint16_t *)row)[j];
+  if (dt == DT_BF16) return bits_f32((uint32_t)h << 16);
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu;
+  float mag;
+  if (em >= 0x7c00u) mag = bits_f32((em << 13) | 0x7f800000u);
+  else if (em >= 0x0400u) mag = bits_f32((em << 13) + (112u << 23));
+  else mag = (float)em * 0x1p-24f;
+  return bits_f32(f32_bits(mag) | sign);
+}
+
+XENT_AI void store_one(void *row, int64_t j, float v, int dt) {
+  if (dt == DT_F32) {
+    ((float *)row)[j] = v;
+    return;
+  }
+  /* Through the vector conversion, so both paths round identically. */
+  uint16_t buf[8];
+  if (dt == DT_BF16) f32_to_bf16x8(buf, vsplat(v));
+  else f32_to_f16x8(buf, vsplat(v));
+  ((uint16_t *)row)[j] = buf[0];
+}
+
+/* ------------------------------------------------------------------------ */
 /* exp and tanh                                                              */
 /* ------------------------------------------------------------------------ */
 

@@ -14,65 +14,13 @@
 #include "common/vp.h"
 #include "cpu/ce.h"
 #include "cpu/cpu.h"
+#include "cpu/simd.h"
 #include "cpu/threads.h"
 
-static double load(const void *row, int64_t j, xent_dtype dt) {
-  if (dt == XENT_FLOAT32) return ((const float *)row)[j];
-  uint16_t h = ((const uint16_t *)row)[j];
-  uint32_t u;
-  if (dt == XENT_BFLOAT16) {
-    u = (uint32_t)h << 16;
-  } else { /* fp16 */
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu;
-    float mag;
-    if (em >= 0x7c00u) {
-      uint32_t b = (em << 13) | 0x7f800000u;
-      memcpy(&mag, &b, 4);
-    } else if (em >= 0x0400u) {
-      uint32_t b = (em << 13) + (112u << 23);
-      memcpy(&mag, &b, 4);
-    } else {
-      mag = (float)em * 0x1p-24f;
-    }
-    memcpy(&u, &mag, 4);
-    u |= sign;
-  }
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
-static void store(void *row, int64_t j, float v, xent_dtype dt) {
-  if (dt == XENT_FLOAT32) {
-    ((float *)row)[j] = v;
-    return;
-  }
-  uint32_t u;
-  memcpy(&u, &v, 4);
-  uint16_t h;
-  if (dt == XENT_BFLOAT16) {
-    if ((u & 0x7fffffffu) > 0x7f800000u) h = (uint16_t)((u >> 16) | 0x40u); /* NaN */
-    else h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);            /* nearest even */
-  } else {
-    const uint32_t sign = (u >> 16) & 0x8000u;
-    const float a = fabsf(v);
-    if (a != a) h = (uint16_t)(sign | 0x7e00u);
-    else if (a >= 65520.0f) h = (uint16_t)(sign | 0x7c00u);
-    else if (a < 0x1p-14f) h = (uint16_t)(sign | (uint32_t)lrintf(a * 0x1p24f)); /* subnormal */
-    else {
-      uint32_t b;
-      memcpy(&b, &a, 4);
-      const uint32_t r = b + 0xfffu + ((b >> 13) & 1u);
-      h = (uint16_t)(sign | ((r - (112u << 23)) >> 13));
-    }
-  }
-  ((uint16_t *)row)[j] = h;
-}
-
-static int64_t target_of(const xent_call *c, int64_t r) {
-  return c->in.target_type == XENT_INT32 ? (int64_t)((const int32_t *)c->in.targets)[r]
-                                         : ((const int64_t *)c->in.targets)[r];
-}
+/* simd.h's element types are the public dtypes' values */
+_Static_assert(DT_F32 == (int)XENT_FLOAT32 && DT_BF16 == (int)XENT_BFLOAT16 &&
+                   DT_F16 == (int)XENT_FLOAT16,
+               "DT_* and xent_dtype");
 
 static double xprime(const xent_call *c, double x) {
   return c->opt.use_softcap ? c->opt.softcap * tanh(x / c->opt.softcap) : x;
@@ -92,14 +40,14 @@ xent_status xent_cpu_vp_stats(const xent_vp_call *v) {
   for (int64_t r = 0; r < rows; r++) {
     float *rec = v->records + r * R;
     memset(rec, 0, (size_t)R * sizeof(float));
-    const int64_t y = target_of(c, r);
+    const int64_t y = xent_cpu_target(c, r);
     if (y == c->opt.ignore_index || y < 0 || y >= V) continue; /* bad: unchecked mode only */
     const void *x = (const char *)c->in.logits + (size_t)(r * c->in.row_stride) * es;
     double m = -INFINITY;
     int64_t am = -1;
     int nan = 0;
     for (int64_t j = 0; j < W; j++) {
-      const double xp = xprime(c, load(x, j, c->in.dtype));
+      const double xp = xprime(c, load_one(x, j, (int)c->in.dtype));
       if (xp != xp) {
         if (!nan) am = j;
         nan = 1;
@@ -110,7 +58,7 @@ xent_status xent_cpu_vp_stats(const xent_vp_call *v) {
     }
     double s = 0.0, u = 0.0, wu = 0.0, sw = 0.0;
     for (int64_t j = 0; j < W; j++) {
-      const double xp = xprime(c, load(x, j, c->in.dtype));
+      const double xp = xprime(c, load_one(x, j, (int)c->in.dtype));
       s += m == -INFINITY ? 0.0 : exp(xp - m);
       if (smooth) u += xp / (double)V;
       if (smooth && w) {
@@ -121,7 +69,7 @@ xent_status xent_cpu_vp_stats(const xent_vp_call *v) {
     xent_vp_row o;
     o.m = nan ? NAN : (float)m;
     o.s = nan ? NAN : (float)s;
-    o.t = y >= off && y < off + W ? (float)xprime(c, load(x, y - off, c->in.dtype)) : 0.0f;
+    o.t = y >= off && y < off + W ? (float)xprime(c, load_one(x, y - off, (int)c->in.dtype)) : 0.0f;
     o.u = (float)u;
     o.wu = (float)wu;
     o.sw = (float)sw;
@@ -154,13 +102,13 @@ xent_status xent_cpu_vp_forward(const xent_vp_call *v) {
   for (int64_t r = 0; r < rows; r++) {
     xent_cpu_row *o = &res[r];
     void *x = (char *)c->in.logits + (size_t)(r * c->in.row_stride) * es;
-    const int64_t y = target_of(c, r);
+    const int64_t y = xent_cpu_target(c, r);
     memset(o, 0, sizeof *o);
     o->pred = -1;
     if (y == c->opt.ignore_index || y < 0 || y >= V) {
       if (y != c->opt.ignore_index) o->loss = o->z = NAN; /* unchecked mode's bad row */
       if (c->write_grad)
-        for (int64_t j = 0; j < W; j++) store(x, j, 0.0f, c->in.dtype);
+        for (int64_t j = 0; j < W; j++) store_one(x, j, 0.0f, (int)c->in.dtype);
       continue;
     }
     const xent_vp_row a = xent_vp_combine(v->gathered + r * R, rows * R, v->ranks, R);
@@ -180,7 +128,7 @@ xent_status xent_cpu_vp_forward(const xent_vp_call *v) {
     const xent_row_coef g = xent_row_coefficients(&f.k, &st, f.scale_loss, f.scale_z);
     const double as = (double)g.a / a.s;
     for (int64_t j = 0; j < W; j++) {
-      const double xr = load(x, j, c->in.dtype);
+      const double xr = load_one(x, j, (int)c->in.dtype);
       double xp = xr, dfac = 1.0;
       if (c->opt.use_softcap) {
         const double t = tanh(xr / c->opt.softcap);
@@ -189,7 +137,7 @@ xent_status xent_cpu_vp_forward(const xent_vp_call *v) {
       }
       double gj = as * exp(xp - a.m) - g.b * (weighted_smoothing ? w[off + j] : 1.0);
       if (off + j == y) gj -= g.c;
-      store(x, j, (float)(gj * dfac), c->in.dtype);
+      store_one(x, j, (float)(gj * dfac), (int)c->in.dtype);
     }
   }
   xent_cpu_ce_outputs(&f, &full, res);
