@@ -12,7 +12,6 @@ iteration (untimed).
 """
 
 import argparse
-import ctypes
 import os
 import sys
 import time
@@ -32,12 +31,10 @@ def main(argv=None):
 
     import xent.torch as xt
     from xent import _lib
-    from xent.torch import parallel as xp
 
     if not torch.cuda.is_available():
         print("vp.py: no GPU; nothing measured")
         return 0
-    lib = xp._lib_fns()
     print(f"vp.py  {time.strftime('%Y-%m-%d %H:%M:%S')}  {torch.cuda.get_device_name()}  "
           f"BT={args.bt} V={args.vocab} bf16, median of {args.iters}")
     print(f"{'P':>3}{'columns':>9}{'stats ms':>10}{'forward ms':>12}{'shard total':>13}"
@@ -67,7 +64,7 @@ def main(argv=None):
         loss = torch.empty((), device="cuda")
         opt = _lib.make_options(check_targets=False)
         out = _lib.XentOutput(loss.data_ptr(), None, None, None, None)
-        R = lib.xent_vp_record_floats(ctypes.byref(opt), None, ctypes.byref(out))
+        R = _lib.vp_record_floats(opt, None, out)
         rec = torch.empty(bt, R, device="cuda")
         gathered = torch.empty(p, bt, R, device="cuda")
         inp = _lib.XentInput(x.data_ptr(), _lib.XENT_BFLOAT16, bt, w, 0, t.data_ptr(),
@@ -75,13 +72,10 @@ def main(argv=None):
         ex = xt._exec_for(x)
 
         def stats():
-            _lib.check(lib.xent_vp_stats(ctypes.byref(inp), v, 0, ctypes.byref(opt),
-                                         ctypes.byref(out), rec.data_ptr(), ctypes.byref(ex)))
+            _lib.vp_stats(inp, v, 0, opt, out, rec.data_ptr(), ex)
 
         def forward():
-            _lib.check(lib.xent_vp_forward(ctypes.byref(inp), v, 0, ctypes.byref(opt),
-                                           gathered.data_ptr(), p, ctypes.byref(out), 1,
-                                           ctypes.byref(ex)))
+            _lib.vp_forward(inp, v, 0, opt, gathered.data_ptr(), p, out, True, ex)
 
         restore = lambda: x.copy_(x0)  # noqa: E731
         stats()

@@ -326,6 +326,13 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.xent_linear_forward.restype = c_int
     lib.xent_linear_forward_backward.argtypes = [lin_p, opt_p, lopt_p, out_p, g_p, ex_p]
     lib.xent_linear_forward_backward.restype = c_int
+    lib.xent_vp_record_floats.argtypes = [opt_p, c_void_p, out_p]
+    lib.xent_vp_record_floats.restype = c_int
+    lib.xent_vp_stats.argtypes = [in_p, c_int64, c_int64, opt_p, out_p, c_void_p, ex_p]
+    lib.xent_vp_stats.restype = c_int
+    lib.xent_vp_forward.argtypes = [in_p, c_int64, c_int64, opt_p, c_void_p, c_int, out_p,
+                                    c_int, ex_p]
+    lib.xent_vp_forward.restype = c_int
 
 
 def lib() -> ctypes.CDLL:
@@ -417,6 +424,26 @@ def linear(inp: XentLinearInput, opt: XentOptions, lopt: XentLinearOptions, out:
                                                     ctypes.byref(lopt), ctypes.byref(out),
                                                     ctypes.byref(grads), ctypes.byref(ex))
     check(status)
+
+
+def vp_record_floats(opt: XentOptions, weights_ptr: Optional[int], out: XentOutput) -> int:
+    """xent_vp_record_floats: floats per vocabulary-parallel record (4 or 8)."""
+    return int(lib().xent_vp_record_floats(ctypes.byref(opt), weights_ptr, ctypes.byref(out)))
+
+
+def vp_stats(inp: XentInput, vocab: int, offset: int, opt: XentOptions, out: XentOutput,
+             records_ptr: int, ex: XentExec) -> None:
+    """xent_vp_stats: a shard's records; raises on error."""
+    check(lib().xent_vp_stats(ctypes.byref(inp), int(vocab), int(offset), ctypes.byref(opt),
+                              ctypes.byref(out), records_ptr, ctypes.byref(ex)))
+
+
+def vp_forward(inp: XentInput, vocab: int, offset: int, opt: XentOptions, gathered_ptr: int,
+               ranks: int, out: XentOutput, write_grad: bool, ex: XentExec) -> None:
+    """xent_vp_forward: outputs and the shard's gradient from the gathered records."""
+    check(lib().xent_vp_forward(ctypes.byref(inp), int(vocab), int(offset), ctypes.byref(opt),
+                                gathered_ptr, int(ranks), ctypes.byref(out), int(write_grad),
+                                ctypes.byref(ex)))
 
 
 def backward(grad_ptr: int, dtype: int, rows: int, vocab: int, row_stride: int,

@@ -88,7 +88,8 @@ from torch import Tensor
 from .. import _lib
 from .._lib import XentError, XentRuntimeError, XentValueError
 from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _alloc_outputs,
-                      _check_options, _exec_for, _extras, _f32, _options_for, _ptr, _row_stride)
+                      _check_options, _exec_for, _extras, _f32, _options_for, _ptr, _row_stride,
+                      _run_backward)
 
 __all__ = [
     "CrossEntropyLoss",
@@ -139,23 +140,6 @@ def _run_forward(logits, targets, weight, reduction, ignore_index, label_smoothi
     # CUDA: the workspace the C library takes stream-ordered for the call.
     _lib.forward(inp, opt, out, _exec_for(logits, verdict), grad)
     return loss, z, acc, pred
-
-
-def _run_backward(grad: Tensor, grad_output: Tensor, applied: Tensor) -> None:
-    """grad (N, V) *= grad_output / applied, then applied = grad_output: the
-    saved gradient rescaled from the upstream gradient it holds to the new
-    one, on grad's device, in one C call."""
-    n, v = grad.shape
-    if n == 0:
-        return
-    go = grad_output
-    if (go.dtype != _f32 or go.device != grad.device or not go.is_contiguous()
-            or go.dim() != 1):
-        go = go.to(device=grad.device, dtype=_f32).reshape(-1).contiguous()
-    if go.numel() != applied.numel():
-        raise ValueError(f"grad_output has {go.numel()} values; expected {applied.numel()}")
-    _lib.backward_rescale(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
-                          go.data_ptr(), applied.data_ptr(), applied.numel(), _exec_for(grad))
 
 
 # ---------------------------------------------------------------------------

@@ -144,3 +144,20 @@ def _extras(ctx, dtype, z, acc, pred, want_z: bool, want_acc: bool, want_pred: b
     if extras:
         ctx.mark_non_differentiable(*extras)
     return tuple(extras)
+
+
+def _run_backward(grad: Tensor, grad_output: Tensor, applied: Tensor) -> None:
+    """grad (N, V) *= grad_output / applied, then applied = grad_output: the
+    saved gradient rescaled from the upstream gradient it holds to the new
+    one, on grad's device, in one C call."""
+    n, v = grad.shape
+    if n == 0:
+        return
+    go = grad_output
+    if (go.dtype != _f32 or go.device != grad.device or not go.is_contiguous()
+            or go.dim() != 1):
+        go = go.to(device=grad.device, dtype=_f32).reshape(-1).contiguous()
+    if go.numel() != applied.numel():
+        raise ValueError(f"grad_output has {go.numel()} values; expected {applied.numel()}")
+    _lib.backward_rescale(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
+                          go.data_ptr(), applied.data_ptr(), applied.numel(), _exec_for(grad))

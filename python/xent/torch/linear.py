@@ -40,13 +40,10 @@ from torch import Tensor
 from .. import _lib
 from .._lib import XentValueError
 from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _alloc_outputs,
-                      _check_options, _exec_for, _extras, _f32, _options_for, _ptr)
+                      _check_options, _exec_for, _extras, _f32, _options_for, _ptr, _row_stride,
+                      _run_backward)
 
 __all__ = ["FusedLinearCrossEntropyLoss", "fused_linear_cross_entropy"]
-
-
-def _stride0(t: Tensor) -> int:
-    return t.stride(0) if t.dim() == 2 and t.shape[0] > 1 else 0
 
 
 def _run_linear(x, w, targets, bias, ce_weight, reduction, ignore_index, label_smoothing,
@@ -60,7 +57,7 @@ def _run_linear(x, w, targets, bias, ce_weight, reduction, ignore_index, label_s
     dev = x.device
     loss, z, acc, pred = _alloc_outputs(n, reduction, want_z, want_acc, want_pred, dev)
     dt = _DTYPES[x.dtype]
-    inp = _lib.XentLinearInput(_ptr(x), n, h, _stride0(x), _ptr(w), v, _stride0(w), _ptr(bias), dt,
+    inp = _lib.XentLinearInput(_ptr(x), n, h, _row_stride(x), _ptr(w), v, _row_stride(w), _ptr(bias), dt,
                                _ptr(targets), _TARGET_TYPES[targets.dtype], _ptr(ce_weight))
     opt = _options_for((reduction, ignore_index, label_smoothing, lse_square_scale, softcap,
                         check, True))
@@ -168,15 +165,11 @@ def _rescale(g: Tensor, grad_output: Tensor, applied: Tensor) -> None:
     if g.numel() == 0:
         return
     g2 = g if g.dim() == 2 else g.view(1, -1)
-    go = grad_output
-    if go.dtype != _f32 or go.device != g.device or go.dim() != 1:
-        go = go.to(device=g.device, dtype=_f32).reshape(-1).contiguous()
     if torch.compiler.is_compiling():
+        go = grad_output.to(device=g.device, dtype=_f32).reshape(-1)
         torch.ops.xent.backward_(g2, go, applied)
         return
-    n, v = g2.shape
-    _lib.backward_rescale(g2.data_ptr(), _DTYPES[g2.dtype], n, v, _stride0(g2), go.data_ptr(),
-                          applied.data_ptr(), 1, _exec_for(g2))
+    _run_backward(g2, grad_output, applied)
 
 
 class _LinearFunction(torch.autograd.Function):

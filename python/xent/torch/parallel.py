@@ -51,29 +51,11 @@ from torch import Tensor
 from .. import _lib
 from .._lib import XentValueError
 from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _alloc_outputs,
-                      _check_options, _exec_for, _extras, _f32, _options_for, _ptr)
+                      _check_options, _exec_for, _extras, _f32, _options_for, _ptr,
+                      _row_stride, _run_backward)
 
 __all__ = ["vocab_parallel_cross_entropy", "megatron_vocab_parallel_cross_entropy",
            "vocab_parallel_fused_linear_cross_entropy", "VocabParallelCrossEntropyLoss"]
-
-
-def _lib_fns():
-    lib = _lib.lib()
-    if not getattr(lib, "_xent_vp_declared", False):
-        import ctypes
-        in_p, opt_p, out_p = (ctypes.POINTER(_lib.XentInput), ctypes.POINTER(_lib.XentOptions),
-                              ctypes.POINTER(_lib.XentOutput))
-        ex_p = ctypes.POINTER(_lib.XentExec)
-        lib.xent_vp_record_floats.argtypes = [opt_p, ctypes.c_void_p, out_p]
-        lib.xent_vp_record_floats.restype = ctypes.c_int
-        lib.xent_vp_stats.argtypes = [in_p, ctypes.c_int64, ctypes.c_int64, opt_p, out_p,
-                                      ctypes.c_void_p, ex_p]
-        lib.xent_vp_stats.restype = ctypes.c_int
-        lib.xent_vp_forward.argtypes = [in_p, ctypes.c_int64, ctypes.c_int64, opt_p,
-                                        ctypes.c_void_p, ctypes.c_int, out_p, ctypes.c_int, ex_p]
-        lib.xent_vp_forward.restype = ctypes.c_int
-        lib._xent_vp_declared = True
-    return lib
 
 
 # ---------------------------------------------------------------------------
@@ -140,35 +122,21 @@ def _vp(x, t, weight, layout, red, ignore_index, label_smoothing, lse_square_sca
         check, want_z, want_acc, want_pred, grad, group):
     """The three steps on tensors. Returns (loss, z, acc, pred)."""
     rank, ranks, offset, vocab = layout
-    lib = _lib_fns()
     n, width = x.shape
     dev = x.device
     loss, z, acc, pred = _alloc_outputs(n, red, want_z, want_acc, want_pred, dev)
-    stride = x.stride(0) if n > 1 else 0
+    stride = _row_stride(x)
     inp = _lib.XentInput(_ptr(x), _DTYPES[x.dtype], n, width, stride, _ptr(t),
                          _TARGET_TYPES[t.dtype], _ptr(weight))
     opt = _options_for((red, ignore_index, label_smoothing, lse_square_scale, softcap, check, True))
     out = _lib.XentOutput(_ptr(loss), _ptr(z), _ptr(acc), _ptr(pred), None)
-    import ctypes
-    R = lib.xent_vp_record_floats(ctypes.byref(opt), _ptr(weight), ctypes.byref(out))
+    R = _lib.vp_record_floats(opt, _ptr(weight), out)
     records = torch.empty((n, R), dtype=_f32, device=dev)
     ex = _exec_for(x)
-    _lib.check(lib.xent_vp_stats(ctypes.byref(inp), vocab, offset, ctypes.byref(opt),
-                                 ctypes.byref(out), _ptr(records), ctypes.byref(ex)))
+    _lib.vp_stats(inp, vocab, offset, opt, out, _ptr(records), ex)
     gathered = _gather(records, ranks, group) if ranks > 1 else records.unsqueeze(0)
-    _lib.check(lib.xent_vp_forward(ctypes.byref(inp), vocab, offset, ctypes.byref(opt),
-                                   _ptr(gathered), ranks, ctypes.byref(out), int(grad),
-                                   ctypes.byref(ex)))
+    _lib.vp_forward(inp, vocab, offset, opt, _ptr(gathered), ranks, out, grad, ex)
     return loss, z, acc, pred
-
-
-def _rescale(g: Tensor, grad_output: Tensor, applied: Tensor) -> None:
-    n, v = g.shape
-    if n == 0:
-        return
-    go = grad_output.to(device=g.device, dtype=_f32).reshape(-1).contiguous()
-    _lib.backward_rescale(g.data_ptr(), _DTYPES[g.dtype], n, v, g.stride(0) if n > 1 else 0,
-                          go.data_ptr(), applied.data_ptr(), applied.numel(), _exec_for(g))
 
 
 class _VPFunction(torch.autograd.Function):
@@ -187,7 +155,7 @@ class _VPFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, *rest):
         g, applied = ctx.saved_tensors
-        _rescale(g, grad_loss, applied)
+        _run_backward(g, grad_loss, applied)
         return (g,) + (None,) * 13
 
 
@@ -340,13 +308,11 @@ class _VPLinearFunction(torch.autograd.Function):
                 lse_square_scale, softcap, check, chunk, group):
         n = x.shape[0]
         rank, ranks, offset, vocab = layout
-        lib = _lib_fns()
-        import ctypes
         opt = _options_for((red, ignore_index, label_smoothing, lse_square_scale, softcap, check,
                             True))
         loss = torch.empty((), dtype=_f32, device=x.device)
         out = _lib.XentOutput(_ptr(loss), None, None, None, None)
-        R = lib.xent_vp_record_floats(ctypes.byref(opt), _ptr(cw), ctypes.byref(out))
+        R = _lib.vp_record_floats(opt, _ptr(cw), out)
         records = torch.empty((n, R), dtype=_f32, device=x.device)
         ex = _exec_for(x)
         tdt = _TARGET_TYPES[t.dtype]
@@ -362,9 +328,7 @@ class _VPLinearFunction(torch.autograd.Function):
                 z = logits_of(r0, r1).contiguous()
                 inp = _lib.XentInput(z.data_ptr(), _DTYPES[z.dtype], r1 - r0, z.shape[1], 0,
                                      t.data_ptr() + r0 * es, tdt, _ptr(cw))
-                _lib.check(lib.xent_vp_stats(ctypes.byref(inp), vocab, offset, ctypes.byref(opt),
-                                             ctypes.byref(out), records[r0:r1].data_ptr(),
-                                             ctypes.byref(ex)))
+                _lib.vp_stats(inp, vocab, offset, opt, out, records[r0:r1].data_ptr(), ex)
             gathered = _gather(records, ranks, group) if ranks > 1 else records.unsqueeze(0)
             dx = torch.zeros_like(x, dtype=_f32)
             dw = torch.zeros_like(w, dtype=_f32)
@@ -380,9 +344,7 @@ class _VPLinearFunction(torch.autograd.Function):
                 cout = _lib.XentOutput(chunk_loss.data_ptr(), None, None, None, None)
                 copt = _options_for((_lib.XENT_REDUCTION_SUM, ignore_index, label_smoothing,
                                      lse_square_scale, softcap, _lib.XENT_TARGETS_UNCHECKED, True))
-                _lib.check(lib.xent_vp_forward(ctypes.byref(inp), vocab, offset,
-                                               ctypes.byref(copt), part.data_ptr(), ranks,
-                                               ctypes.byref(cout), 1, ctypes.byref(ex)))
+                _lib.vp_forward(inp, vocab, offset, copt, part.data_ptr(), ranks, cout, True, ex)
                 total += chunk_loss.double()
                 dx[r0:r1] += (z @ w).float()
                 dw += (z.t() @ x[r0:r1]).float()
