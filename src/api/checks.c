@@ -11,28 +11,35 @@
 
 int xent_aligned(const void *p, size_t alignment) { return ((uintptr_t)p % alignment) == 0; }
 
+xent_status xent_check_layout(const char *name, const char *stride_name, const char *cols_name,
+                              const void *p, xent_dtype dtype, int64_t rows, int64_t cols,
+                              int64_t *stride, int required) {
+  const size_t es = xent_dtype_size(dtype);
+  if (*stride == 0) *stride = cols;
+  if (*stride < cols)
+    return xent_fail(XENT_ERROR_BAD_STRIDE, "%s is %lld, smaller than %s %lld", stride_name,
+                     (long long)*stride, cols_name, (long long)cols);
+  if (rows > 0 && (uint64_t)(rows - 1) > (uint64_t)((INT64_MAX / (int64_t)es - cols) / *stride))
+    return xent_fail(XENT_ERROR_BAD_STRIDE,
+                     "rows %lld x %s %lld overflows the addressable extent", (long long)rows,
+                     stride_name, (long long)*stride);
+  if (required && !p) return xent_fail(XENT_ERROR_NULL_POINTER, "%s is NULL", name);
+  if (p && !xent_aligned(p, es))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "%s is not aligned to its %zu-byte element", name,
+                     es);
+  return XENT_OK;
+}
+
 xent_status xent_check_matrix(const char *name, const void *p, xent_dtype dtype, int64_t rows,
                               int64_t vocab, int64_t *stride) {
-  size_t es = xent_dtype_size(dtype);
-  if (es == 0) return xent_fail(XENT_ERROR_BAD_ENUM, "dtype %d is not a xent_dtype", (int)dtype);
+  if (xent_dtype_size(dtype) == 0)
+    return xent_fail(XENT_ERROR_BAD_ENUM, "dtype %d is not a xent_dtype", (int)dtype);
   if (rows < 0)
     return xent_fail(XENT_ERROR_BAD_SHAPE, "rows is %lld; it must be >= 0", (long long)rows);
   if (vocab < 1 || vocab > INT32_MAX)
     return xent_fail(XENT_ERROR_BAD_SHAPE, "vocab is %lld; it must be in [1, %d]",
                      (long long)vocab, INT32_MAX);
-  if (*stride == 0) *stride = vocab;
-  if (*stride < vocab)
-    return xent_fail(XENT_ERROR_BAD_STRIDE, "row_stride is %lld, smaller than vocab %lld",
-                     (long long)*stride, (long long)vocab);
-  if (rows > 0 && (uint64_t)(rows - 1) > (uint64_t)((INT64_MAX / (int64_t)es - vocab) / *stride))
-    return xent_fail(XENT_ERROR_BAD_STRIDE,
-                     "rows %lld x row_stride %lld overflows the addressable extent",
-                     (long long)rows, (long long)*stride);
-  if (rows > 0 && !p) return xent_fail(XENT_ERROR_NULL_POINTER, "%s is NULL", name);
-  if (p && !xent_aligned(p, es))
-    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "%s is not aligned to its %zu-byte element", name,
-                     es);
-  return XENT_OK;
+  return xent_check_layout(name, "row_stride", "vocab", p, dtype, rows, vocab, stride, rows > 0);
 }
 
 xent_status xent_check_options(const xent_options *opt) {

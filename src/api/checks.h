@@ -12,6 +12,13 @@
 
 int xent_aligned(const void *p, size_t alignment);
 
+/* Stride, extent, presence (when `required`) and alignment of a rows x
+ * cols matrix named `name` whose stride field is `stride_name`; *stride is
+ * normalised (0 becomes cols). The shape itself is the caller's to check. */
+xent_status xent_check_layout(const char *name, const char *stride_name, const char *cols_name,
+                              const void *p, xent_dtype dtype, int64_t rows, int64_t cols,
+                              int64_t *stride, int required);
+
 /* Shape, stride and extent of a rows x vocab matrix of `dtype` named `name`;
  * *stride is normalised (0 becomes vocab). */
 xent_status xent_check_matrix(const char *name, const void *p, xent_dtype dtype, int64_t rows,

@@ -12,25 +12,6 @@
 #include "cpu/cpu.h"
 #include "cuda/cuda.h"
 
-/* A rows x cols matrix named `name` with its stride field `stride_name`. */
-static xent_status check_dense(const char *name, const char *stride_name, const void *p,
-                               xent_dtype dtype, int64_t rows, int64_t cols, int64_t *stride,
-                               int required) {
-  const size_t es = xent_dtype_size(dtype);
-  if (*stride == 0) *stride = cols;
-  if (*stride < cols)
-    return xent_fail(XENT_ERROR_BAD_STRIDE, "%s is %lld, smaller than hidden_size %lld",
-                     stride_name, (long long)*stride, (long long)cols);
-  if (rows > 0 && (uint64_t)(rows - 1) > (uint64_t)((INT64_MAX / (int64_t)es - cols) / *stride))
-    return xent_fail(XENT_ERROR_BAD_STRIDE, "%s: %lld rows x stride %lld overflows the "
-                     "addressable extent", name, (long long)rows, (long long)*stride);
-  if (required && !p) return xent_fail(XENT_ERROR_NULL_POINTER, "%s is NULL", name);
-  if (p && !xent_aligned(p, es))
-    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "%s is not aligned to its %zu-byte element", name,
-                     es);
-  return XENT_OK;
-}
-
 static const char *dtype_name(xent_dtype d) {
   return d == XENT_FLOAT32 ? "float32" : d == XENT_BFLOAT16 ? "bfloat16" : "float16";
 }
@@ -106,11 +87,11 @@ static xent_status linear_common(const xent_linear_input *in, const xent_options
   xent_status st = shape_checks(in);
   if (st) return st;
   const int64_t rows = in->rows, H = in->hidden_size, V = in->vocab;
-  if ((st = check_dense("hidden", "hidden_stride", in->hidden, in->dtype, rows, H,
-                        &c.in.hidden_stride, rows > 0)))
+  if ((st = xent_check_layout("hidden", "hidden_stride", "hidden_size", in->hidden, in->dtype,
+                              rows, H, &c.in.hidden_stride, rows > 0)))
     return st;
-  if ((st = check_dense("weight", "weight_stride", in->weight, in->dtype, V, H,
-                        &c.in.weight_stride, 1)))
+  if ((st = xent_check_layout("weight", "weight_stride", "hidden_size", in->weight, in->dtype,
+                              V, H, &c.in.weight_stride, 1)))
     return st;
   if (in->bias && !xent_aligned(in->bias, xent_dtype_size(in->dtype)))
     return xent_fail(XENT_ERROR_BAD_ARGUMENT, "bias is not aligned to its element");
@@ -134,14 +115,14 @@ static xent_status linear_common(const xent_linear_input *in, const xent_options
     xent_linear_grads g = *grads;
     if (g.hidden) {
       if ((st = check_grad_dtype("grads->hidden_dtype", g.hidden_dtype, in->dtype))) return st;
-      if ((st = check_dense("grads->hidden", "grads->hidden_stride", g.hidden, g.hidden_dtype,
-                            rows, H, &g.hidden_stride, 0)))
+      if ((st = xent_check_layout("grads->hidden", "grads->hidden_stride", "hidden_size",
+                                  g.hidden, g.hidden_dtype, rows, H, &g.hidden_stride, 0)))
         return st;
     }
     if (g.weight) {
       if ((st = check_grad_dtype("grads->weight_dtype", g.weight_dtype, in->dtype))) return st;
-      if ((st = check_dense("grads->weight", "grads->weight_stride", g.weight, g.weight_dtype, V,
-                            H, &g.weight_stride, 0)))
+      if ((st = xent_check_layout("grads->weight", "grads->weight_stride", "hidden_size",
+                                  g.weight, g.weight_dtype, V, H, &g.weight_stride, 0)))
         return st;
       if (g.weight_accum != XENT_ACCUM_GRAD && g.weight_accum != XENT_ACCUM_FP32)
         return xent_fail(XENT_ERROR_BAD_ENUM, "grads->weight_accum %d is not a xent_accum",
