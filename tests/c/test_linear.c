@@ -41,10 +41,7 @@ static const xent_reduction REDS[] = {XENT_REDUCTION_MEAN, XENT_REDUCTION_SUM,
 /* The chunks a call with these settings cuts the rows into. */
 static int64_t chunks_of(const xt_lin *p) {
   if (p->c.rows == 0) return 0;
-  xent_linear_input in = xt_lin_input(p, p->hidden, p->weight, p->bias, p->targets, p->cw);
-  xent_linear_options lo = xt_lin_loptions(p);
-  (void)in;
-  int64_t chunk = lo.chunk_rows;
+  const int64_t chunk = p->c.chunk_rows;
   if (chunk <= 0) return -1; /* the default plan: not known here */
   return (p->c.rows + chunk - 1) / chunk;
 }
