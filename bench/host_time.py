@@ -13,6 +13,7 @@ step.
 
     python3 bench/host_time.py --bt 1024 --vocab 128256 --dtype bf16
     python3 bench/host_time.py --profile 25     # cProfile of xent's step
+    python3 bench/host_time.py --parts          # what each piece of it costs
 
 Needs PyTorch and a CUDA device; the peer (liger_triton) is timed when the
 liger-kernel package imports.
@@ -38,6 +39,9 @@ def parse_args(argv=None):
                     help="comma-separated: xent, xent_unchecked, liger_triton, torch")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also print the N functions with most own time in xent's step")
+    ap.add_argument("--parts", action="store_true",
+                    help="also time the pieces of xent's step alone (allocations, casts, "
+                         "the C calls, an empty autograd.Function)")
     return ap.parse_args(argv)
 
 
@@ -50,6 +54,70 @@ def quantiles(xs):
 
 
 PROVIDERS = ("xent", "xent_unchecked", "liger_triton", "torch")
+
+
+def parts(torch, x, y, dt, iters):
+    """Host time of each piece of xent's step, alone, back to back: what
+    there is to win. The C calls run on the step's own shape."""
+    import xent.torch as xt
+    from xent import _lib
+    from xent.torch import _common, _verdicts
+    from xent.torch import _run_forward
+    dev = x.device
+    loss16 = torch.ones((), dtype=dt, device=dev)
+    g = x.detach()
+
+    class Empty(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a.detach())
+            return torch.empty((), dtype=dt, device=dev)
+
+        @staticmethod
+        def backward(ctx, go):
+            return ctx.saved_tensors[0]
+
+    def empty_step():
+        x.grad = None
+        Empty.apply(x).backward()
+
+    base = (y, None, _lib.XENT_REDUCTION_MEAN, -100, 0.0, 0.0, None)
+    flags = (True, False, False, False)
+
+    def fwd(check):
+        return lambda: _run_forward(g, *base, check, *flags, grad=True)
+
+    def fwd_deferred():
+        v = _verdicts.take((y, None))
+        _run_forward(g, *base, _lib.XENT_TARGETS_DEFERRED, *flags, grad=True, verdict=v)
+
+    pieces = [
+        ("torch.empty((), f32)", lambda: torch.empty((), dtype=torch.float32, device=dev)),
+        ("torch.ones(1, f32)", lambda: torch.ones(1, dtype=torch.float32, device=dev)),
+        ("loss.to(logits dtype)", lambda: loss16.to(torch.float32)),
+        ("ones_like(loss)", lambda: torch.ones_like(loss16)),
+        ("C forward_grad, unchecked", fwd(_lib.XENT_TARGETS_UNCHECKED)),
+        ("C forward_grad, deferred", fwd_deferred),
+        ("C forward_grad, checked", fwd(_lib.XENT_TARGETS_CHECKED)),
+        ("backward, factor None", lambda: _common._run_backward(g, loss16, None)),
+        ("empty Function fwd+bwd", empty_step),
+        ("xent full step, unchecked",
+         lambda: (setattr(x, "grad", None),
+                  xt.cross_entropy(x, y, check_targets=False).backward())),
+    ]
+    print(f"\nparts of xent's step, host us (median of {iters}, after 20):")
+    for name, fn in pieces:
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t0) * 1e6)
+        torch.cuda.synchronize()
+        _verdicts.check_pending()
+        print(f"  {name:<28}{quantiles(ts)[0]:>8.1f}")
 
 
 def main(argv=None) -> int:
@@ -131,6 +199,8 @@ def main(argv=None) -> int:
         med, p20, p80 = quantiles(host)
         bound = "host" if med > gpu else "GPU"
         print(f"{name:<16}{med:>10.1f}{p20:>9.1f}{p80:>9.1f}{gpu:>10.1f}  {bound}")
+    if args.parts:
+        parts(torch, x, y, dt, args.iters)
     if args.profile and ("xent" in fns or "xent_unchecked" in fns):
         name = "xent" if "xent" in fns else "xent_unchecked"
         prof = cProfile.Profile()

@@ -187,17 +187,19 @@ typedef enum xent_target_check {
    * XENT_OK: watch the loss. The CPU backend reads targets on the host
    * anyway, so there it checks them in every mode. */
   XENT_TARGETS_UNCHECKED = 1,
-  /* Checked on the device as XENT_TARGETS_CHECKED (a bad target or weight
-   * leaves the logits as they were, and the reduced outputs NaN), but the
-   * call does not wait for the verdict: it leaves it in exec->verdict (a
-   * xent_verdict, required then on the CUDA backend) and returns XENT_OK once queued. Later,
-   * from any thread, xent_verdict_wait() waits for the device's check of
-   * that call alone and returns what the checked mode would have. A
-   * training step waits before it uses the gradient (the PyTorch binding
-   * does, in its backward), so the host never waits for the forward. A call
-   * given a verdict that is still pending checks it first and returns its
-   * error, naming it. Reductions mean and sum only; not capturable in CUDA
-   * graphs. The CPU backend checks on the host and returns at once. */
+  /* Checked on the device as XENT_TARGETS_CHECKED, but the call does not
+   * wait for the verdict: it leaves it in exec->verdict (a xent_verdict,
+   * required then on the CUDA backend) and returns XENT_OK once queued.
+   * Later, from any thread, xent_verdict_wait() waits for the device's check
+   * of that call alone and returns what the checked mode would have;
+   * xent_verdict_ready() says, without waiting, whether it would wait. A bad
+   * target or weight makes the reduced outputs NaN and, since the caller
+   * may hand the gradient on before it reads the verdict, xent_forward_grad
+   * leaves a zero gradient over every row (xent_forward leaves the logits as
+   * they were). A call given a verdict that is still pending checks it
+   * first and returns its error, naming it. Reductions mean and sum only;
+   * not capturable in CUDA graphs. The CPU backend checks on the host and
+   * returns at once. */
   XENT_TARGETS_DEFERRED = 2
 } xent_target_check;
 
@@ -267,6 +269,12 @@ XENT_API void xent_verdict_destroy(xent_verdict *verdict);
  * XENT_ERROR_BAD_TARGET / BAD_WEIGHT with the message the checked mode
  * gives. XENT_OK when nothing is pending; any thread may call it. */
 XENT_API xent_status xent_verdict_wait(xent_verdict *verdict);
+
+/* 1 when xent_verdict_wait() would return at once (nothing pending, or the
+ * device is past the check), 0 while the device has not reached it yet, and
+ * 0 for NULL. Never waits: a binding polls it to read verdicts late without
+ * holding the host up. */
+XENT_API int xent_verdict_ready(const xent_verdict *verdict);
 
 typedef struct xent_exec {
   xent_backend backend;      /* XENT_BACKEND_AUTO                                            */

@@ -299,6 +299,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.xent_verdict_destroy.restype = None
     lib.xent_verdict_wait.argtypes = [c_void_p]
     lib.xent_verdict_wait.restype = c_int
+    lib.xent_verdict_ready.argtypes = [c_void_p]
+    lib.xent_verdict_ready.restype = c_int
     lib.xent_backward_scale.argtypes = [
         c_void_p, c_int, c_int64, c_int64, c_int64, c_float, ex_p]
     lib.xent_backward_scale.restype = c_int
@@ -484,6 +486,10 @@ class Verdict:
 
     def wait(self) -> None:
         check(lib().xent_verdict_wait(self.handle))
+
+    def ready(self) -> bool:
+        """Whether wait() would return at once; never waits."""
+        return bool(lib().xent_verdict_ready(self.handle))
 
     def __del__(self):
         if self.handle:

@@ -186,6 +186,10 @@ xent_status xent_verdict_wait(xent_verdict *verdict) {
   return xent_cuda_verdict_wait(verdict);
 }
 
+int xent_verdict_ready(const xent_verdict *verdict) {
+  return verdict ? xent_cuda_verdict_ready(verdict) : 0;
+}
+
 xent_status xent_backward_rescale(void *grad, xent_dtype dtype, int64_t rows, int64_t vocab,
                                   int64_t row_stride, const float *grad_output, float *applied,
                                   int64_t count, const xent_exec *exec) {

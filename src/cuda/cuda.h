@@ -27,6 +27,7 @@ xent_status xent_cuda_device_info(int device, xent_device_info *info);
 xent_status xent_cuda_verdict_create(xent_verdict **verdict);
 void xent_cuda_verdict_destroy(xent_verdict *verdict);
 xent_status xent_cuda_verdict_wait(xent_verdict *verdict);
+int xent_cuda_verdict_ready(const xent_verdict *verdict);
 /* The launch descriptions behind xent_experimental_last_launch/_backward. */
 const char *xent_cuda_last_launch(void);
 const char *xent_cuda_last_backward(void);

@@ -392,6 +392,7 @@ xent_status forward_impl(const xent_call *c, const dev_props &dp) {
     fill_params(&p, c);
     p.hdr = need_count ? w.hdr : NULL;
     p.verdict = checked ? w.hdr : NULL;
+    p.zero_if_rejected = deferred && c->write_grad;
     p.row_ticket = ticket ? &w.hdr->next_row : NULL;
     p.row_loss = per_row ? out->loss : w.loss;
     p.row_z = per_row ? out->z_loss : ((opt->lse_square_scale > 0.0f || out->z_loss) ? w.z : NULL);

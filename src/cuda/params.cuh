@@ -57,6 +57,8 @@ struct fwd_params {
   const ws_header *verdict; /* checked mode: the count kernel's verdict; with a
                               bad target or weight the kernel returns at once,
                               writing nothing (call_rejected); NULL: unchecked */
+  int zero_if_rejected;    /* deferred mode with a gradient: a rejected call
+                              clears the gradient instead (reject_rows)         */
   float *row_loss;         /* loss per row: out->loss (none) or workspace       */
   float *row_z;            /* z per row (may be NULL)                           */
   float *row_acc;          /* accuracy per row (may be NULL)                    */

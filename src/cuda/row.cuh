@@ -134,7 +134,7 @@ __device__ __forceinline__ void fold_stage(const uint4 (&v)[U], float &m, float 
  * with e_j = exp(x'_j - m), a_s = a / s (rowmath.h). The exponent is the
  * difference (x'_j - m) log2(e), accurate for any finite row; the one-FFMA
  * form x' log2(e) - m log2(e) is off by the rounding of the products, and
- * its exact variant (the per-row offset taken back) measured slower
+ * its exact variants (the per-row offset taken back) measured slower
  * (bench/NOTES.md: numerics). */
 struct grad_coef {
   float a_s, b, c;
@@ -217,6 +217,20 @@ __device__ __forceinline__ bool kernel_enter(const ws_header *verdict, bool earl
   (void)early;
 #endif
   return call_rejected(verdict);
+}
+
+/* A forward kernel's exit when the call is rejected. In deferred mode the
+ * host reads the verdict later and may hand the gradient on before it does,
+ * so a call that writes one clears every row (rows blockIdx.x, + gridDim.x,
+ * ...: each once, whatever the kernel's own mapping) rather than leave the
+ * logits there. Inlined: a call that takes the parameters by reference puts
+ * them in local memory for the whole kernel (3.5x slower, bench/HISTORY.md v25). */
+template <typename T>
+__device__ __forceinline__ void reject_rows(const fwd_params &p) {
+  if (!p.zero_if_rejected) return;
+  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x)
+    for (int j = (int)threadIdx.x; j < p.vocab; j += (int)blockDim.x)
+      elem<T>::store(p.x + r * p.stride_bytes + (int64_t)j * (int64_t)sizeof(T), 0.0f);
 }
 
 /* The reduction scales the count kernel left in the workspace header (1

@@ -150,4 +150,14 @@ xent_status xent_cuda_verdict_wait(xent_verdict *v) {
   return xent::resolve(v, "");
 }
 
+int xent_cuda_verdict_ready(const xent_verdict *v) {
+  if (!v->pending) return 1;
+  const cudaError_t e = cudaEventQuery(v->done);
+  if (e == cudaErrorNotReady) return 0;
+  /* done, or an error that xent_verdict_wait reports; the query's own error
+   * must not stay behind for the caller's next CUDA call */
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  return 1;
+}
+
 }  /* extern "C" */

@@ -1140,10 +1140,28 @@ static void test_cuda_bad_target_unchecked(void **state) {
   assert_int_equal(errors, 0);
 }
 
+/* The elements of a deferred call's buffer that differ from what a rejected
+ * call leaves: with a gradient, zero over every row's V logits and the
+ * padding and guards as generated; without one, the logits as they were. */
+static long rejected_buffer_errors(const xt_problem *pb, const void *after) {
+  const int64_t off = (int64_t)((const char *)pb->logits - (const char *)pb->alloc) /
+                      (int64_t)pb->esize;
+  long bad = 0;
+  for (int64_t i = 0; i < (int64_t)pb->alloc_elems; i++) {
+    const int64_t k = i - off, r = k / pb->stride, j = k % pb->stride;
+    const int row = k >= 0 && r < pb->c.rows && j < pb->c.vocab;
+    const double want = pb->c.grad && row ? 0.0 : xt_load(pb->orig, pb->c.dtype, i);
+    const double got = xt_load(after, pb->c.dtype, i);
+    if (!(got == want || (isnan(got) && isnan(want)))) bad++;
+  }
+  return bad;
+}
+
 /* Deferred checks: valid targets give the checked mode's results and a
- * clean verdict; a bad target leaves the logits as they were and the loss
- * NaN, the call returns XENT_OK, and xent_verdict_wait() names the first
- * bad row; a second deferred call before the check returns the first one's
+ * clean verdict; a bad target makes the loss NaN and the gradient zero (the
+ * logits as they were without one), the call returns XENT_OK, and
+ * xent_verdict_ready() turns 1 and xent_verdict_wait() names the first bad
+ * row; a second deferred call before the check returns the first one's
  * error and writes nothing of its own. */
 static void test_cuda_deferred(void **state) {
   (void)state;
@@ -1154,6 +1172,7 @@ static void test_cuda_deferred(void **state) {
     for (int r = 0; r < 2; r++) { /* mean, sum */
       xt_case c = xt_case_default(DTYPES[d], 40, d == 1 ? 32000 : 4095);
       c.reduction = REDS[r];
+      c.grad = (d + r) % 2 == 0 || d == 1; /* both, and the staged path's grad */
       c.check = XENT_TARGETS_DEFERRED;
       if (d == 2) xt_everything(&c);
       errors += cuda_run_case(&c, &rng, "cuda deferred, valid targets", RUN_COMPARE_CPU);
@@ -1185,8 +1204,14 @@ static void test_cuda_deferred(void **state) {
         }
       }
       dev_get(&dv, &ob, after);
-      if (memcmp(after, pb.orig, pb.alloc_elems * pb.esize) != 0) {
-        fprintf(stderr, "  deferred, bad target: logits written\n");
+      const long wrong = rejected_buffer_errors(&pb, after);
+      if (wrong) {
+        fprintf(stderr, "  deferred, bad target, grad %d: %ld elements not as rejected\n",
+                pb.c.grad, wrong);
+        errors++;
+      }
+      if (!xent_verdict_ready(g_verdict)) { /* dev_get synchronised */
+        fprintf(stderr, "  deferred, bad target: verdict not ready after a sync\n");
         errors++;
       }
       if (!isnan(ob.loss[0]) || xt_is_poison_f32(ob.loss[0])) {

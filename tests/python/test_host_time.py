@@ -61,3 +61,15 @@ def test_small_run_prints_a_row_per_provider(capsys, mode):
         assert 0.0 < p20 <= host <= p80, (name, parts)
         assert gpu > 0.0, (name, parts)
         assert parts[5] in ("host", "GPU"), (name, parts)
+
+
+@pytest.mark.skipif(_cuda_reason() is not None, reason=_cuda_reason() or "")
+def test_parts_prints_every_piece(capsys):
+    argv = ["--bt", "64", "--vocab", "1000", "--iters", "12", "--warmup", "3",
+            "--providers", "xent", "--parts"]
+    assert host_time.main(argv) == 0
+    out = capsys.readouterr().out.split("parts of xent's step")[1]
+    lines = [ln for ln in out.splitlines()[1:] if ln.strip()]
+    assert len(lines) == 10
+    for ln in lines:
+        assert float(ln.split()[-1]) > 0.0, ln

@@ -181,28 +181,58 @@ def test_large_vocabulary_on_the_gpu(rng):
     assert_close(f64(x.grad), ref["grad"], tol("bfloat16", "grad"), "gradient")
 
 
-@pytest.mark.parametrize("reduction", ["mean", "sum"])
-def test_bad_target_raises_in_the_backward_without_a_wait_in_the_forward(rng, reduction):
-    """A loss that requires grad checks its targets on the device and reads
-    the verdict in the backward, before any gradient is returned: the forward
-    returns at once (loss NaN, logits untouched), the backward raises naming
-    the first bad row, and no gradient reaches the leaf. The next step runs."""
+def _bad_case(rng):
     x = tensor(make_logits(rng, 64, 500), torch.bfloat16, "cuda").requires_grad_()
     y = torch.tensor(make_targets(rng, x.detach().float().cpu().numpy(), ignore_frac=0.0),
                      device="cuda")
     y[7] = 500
     y[9] = -3
-    before = x.detach().clone()
+    return x, y
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_bad_target_raises_in_the_backward_once_the_device_has_checked(rng, reduction):
+    """A loss that requires grad checks its targets on the device and the
+    host never waits for it: the forward returns at once with a NaN loss and
+    a zero gradient in the logits; a backward that finds the device past the
+    check raises naming the first bad row, and no gradient reaches the leaf.
+    The next step runs."""
+    x, y = _bad_case(rng)
     loss = xt.cross_entropy(x, y, reduction=reduction)  # no exception here
+    torch.cuda.synchronize()
     assert torch.isnan(loss).item()
-    assert torch.equal(x.detach(), before)
+    assert not x.detach().any(), "a rejected call leaves a zero gradient"
     with pytest.raises(xent.XentValueError, match=r"targets\[7\] = 500"):
         loss.backward()
     assert x.grad is None
+    xt.check_pending()  # nothing left
     y[7], y[9] = 3, 4
     loss = xt.cross_entropy(x, y, reduction=reduction)
     loss.backward()
     assert torch.isfinite(loss).item() and x.grad is not None
+
+
+def test_bad_target_found_late_raises_at_check_pending_with_a_zero_gradient(rng):
+    """The device still busy when the backward runs: the backward returns the
+    rejected call's zero gradient without waiting, and the error surfaces at
+    the next poll (check_pending here; the next xent loss also polls)."""
+    x, y = _bad_case(rng)
+    torch.cuda._sleep(200_000_000)  # about 0.1 s of device time ahead of the loss
+    loss = xt.cross_entropy(x, y)
+    loss.backward()  # the verdict is not in yet: no exception, no wait
+    with pytest.raises(xent.XentValueError, match=r"deferred target check.*targets\[7\] = 500"):
+        xt.check_pending()
+    assert torch.isnan(loss).item()
+    assert x.grad is not None and not x.grad.any()
+    xt.check_pending()
+    # The next loss polls the earlier verdicts before its own call.
+    x2, y2 = _bad_case(rng)
+    torch.cuda._sleep(200_000_000)
+    xt.cross_entropy(x2, y2).backward()
+    torch.cuda.synchronize()
+    with pytest.raises(xent.XentValueError, match=r"targets\[7\] = 500"):
+        xt.cross_entropy(x2.detach().clone().requires_grad_(), torch.zeros_like(y2))
+    xt.check_pending()
 
 
 def test_bad_target_without_grad_raises_in_the_forward(rng):

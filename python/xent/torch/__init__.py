@@ -28,12 +28,16 @@ Semantics
 * CUDA tensors run on the CUDA backend, on the tensor's device and on torch's
   current stream; the call never waits for the device. With
   ``check_targets=True`` (the default) a bad target raises
-  :class:`xent.XentValueError`: at the latest in the backward, before any
-  gradient is returned, for a loss that requires grad (its forward leaves
-  the logits untouched and the loss NaN); in the forward itself otherwise.
-  ``check_targets=False`` selects the graph-safe mode: a bad target gives a
-  NaN loss and a zero gradient row instead of an exception. Use it for CUDA
-  graph capture (``torch.cuda.graph``, ``torch.compile(mode=
+  :class:`xent.XentValueError` naming the first bad row. For a loss that
+  requires grad the check runs on the device and the host never waits for
+  it: the loss's backward raises when the device has finished the forward
+  by then (no gradient is returned), otherwise the next xent loss or
+  :func:`check_pending` raises; the rejected loss is NaN and the gradient
+  it leaves zero, so the step that ran on it moved nothing through the
+  loss. Without grad (or with ``reduction="none"``) the forward itself
+  raises. ``check_targets=False`` selects the graph-safe mode: a bad target
+  gives a NaN loss and a zero gradient row instead of an exception. Use it
+  for CUDA graph capture (``torch.cuda.graph``, ``torch.compile(mode=
   "reduce-overhead")``). On the CPU targets are always checked at once.
 
 Memory: the gradient replaces the logits
@@ -87,6 +91,8 @@ from torch import Tensor
 
 from .. import _lib
 from .._lib import XentError, XentRuntimeError, XentValueError
+from . import _verdicts
+from ._verdicts import check_pending
 from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _alloc_outputs,
                       _check_options, _exec_for, _extras, _f32, _options_for, _ptr, _row_stride,
                       _run_backward)
@@ -97,6 +103,7 @@ __all__ = [
     "fused_linear_cross_entropy",
     "CrossEntropyOutput",
     "cross_entropy",
+    "check_pending",
     "XentError",
     "XentValueError",
     "XentRuntimeError",
@@ -112,13 +119,6 @@ def _check_rows(x: Tensor, name: str) -> None:
         raise ValueError(f"{name} needs a contiguous last dimension (stride {x.stride(1)})")
     if n > 1 and x.stride(0) < v:
         raise ValueError(f"{name} rows overlap (row stride {x.stride(0)} < vocab {v})")
-
-
-_verdicts = []
-
-
-def _take_verdict():
-    return _verdicts.pop() if _verdicts else _lib.Verdict()
 
 
 def _run_forward(logits, targets, weight, reduction, ignore_index, label_smoothing,
@@ -233,16 +233,21 @@ def _backward_fake(grad, grad_output, applied):
 # ---------------------------------------------------------------------------
 
 
+_NO_GRADS = (None,) * 12
+
+
 class _CrossEntropyFunction(torch.autograd.Function):
     """Outputs: the loss, then those of z, accuracy and predicted tokens that
     were asked for, in that order (fewer outputs: less autograd work a step).
-    The backward state is one tensor in both modes: `applied`, the upstream
-    gradient the saved gradient holds."""
+    The backward state is `applied`, the upstream gradient the saved
+    gradient holds: the operator's output traced, None (1) eager until the
+    first backward, so that an eager step makes no tensor for it."""
 
     @staticmethod
     def forward(ctx, logits, targets, weight, reduction, ignore_index, label_smoothing,
                 lse_square_scale, softcap, check, empty_zero, want_z, want_acc, want_pred):
         ctx.verdict = None
+        ctx.applied = None
         if torch.compiler.is_compiling():
             if check == _lib.XENT_TARGETS_DEFERRED:
                 check = _lib.XENT_TARGETS_CHECKED
@@ -252,42 +257,47 @@ class _CrossEntropyFunction(torch.autograd.Function):
             # Traced, a fresh tensor (copy=True): returning the operator's output
             # directly from the Function loses the upstream gradient.
             loss = loss.to(dtype=logits.dtype, copy=True)
+            ctx.save_for_backward(logits.detach(), applied)
         else:
             # Eager: the implementation itself (the operator's dispatch costs
             # host time), and the version bump the operator makes for its
             # in-place write, before saving, so that the saved buffer is current.
             if check == _lib.XENT_TARGETS_DEFERRED:
-                ctx.verdict = _take_verdict()
+                ctx.verdict = _verdicts.take((targets, weight))
             loss, z, acc, pred = _run_forward(
                 logits, targets, weight, reduction, ignore_index, label_smoothing,
                 lse_square_scale, softcap, check, empty_zero, want_z, want_acc, want_pred,
                 grad=True, verdict=ctx.verdict)
-            applied = _applied_for(logits, reduction)
             torch.autograd.graph.increment_version(logits)
             if logits.dtype != _f32:
                 loss = loss.to(dtype=logits.dtype)
-        ctx.save_for_backward(logits.detach(), applied)
+            ctx.save_for_backward(logits.detach())
+        if not (want_z or want_acc or want_pred):
+            return loss
         return (loss,) + _extras(ctx, logits.dtype, z, acc, pred, want_z, want_acc, want_pred)
 
     @staticmethod
     def backward(ctx, grad_loss, *grad_extras):
-        grad, applied = ctx.saved_tensors
-        if ctx.verdict is not None:
-            # The deferred target check of the forward, before the gradient is
-            # returned: raises its XentValueError here.
-            verdict, ctx.verdict = ctx.verdict, None
-            try:
-                verdict.wait()
-            finally:
-                _verdicts.append(verdict)
+        saved = ctx.saved_tensors
+        grad = saved[0]
         if torch.compiler.is_compiling():
-            torch.ops.xent.backward_(grad, grad_loss, applied)
-        else:
-            # The implementation itself: the operator's dispatcher would bump
-            # the saved gradient's version counter (and a second backward
-            # through the same graph would fail autograd's saved-tensor check).
-            _run_backward(grad, grad_loss, applied)
-        return (grad,) + (None,) * 12
+            torch.ops.xent.backward_(grad, grad_loss, saved[1])
+            return (grad,) + _NO_GRADS
+        if ctx.verdict is not None:
+            # The forward's deferred target check, read if the device is past
+            # it (a bad target raises here, before the gradient is returned;
+            # otherwise later, and the gradient is zero: _verdicts).
+            ctx.verdict = None
+            _verdicts.settle(block=False)
+        # The implementation itself: the operator's dispatcher would bump the
+        # saved gradient's version counter (and a second backward through the
+        # same graph would fail autograd's saved-tensor check). A later
+        # backward rescales a copy of the state: the first one's may be the
+        # caller's grad_output.
+        applied = ctx.applied
+        ctx.applied = _run_backward(grad, grad_loss,
+                                    None if applied is None else applied.clone())
+        return (grad,) + _NO_GRADS
 
 
 # ---------------------------------------------------------------------------
@@ -355,19 +365,22 @@ def _cross_entropy(input, target, weight, ignore_index, red, label_smoothing,
         raise ValueError(
             f"target has shape {tuple(target.shape)} but input has shape "
             f"{tuple(input.shape)}: the target's shape must be input.shape[:-1]")
-    if target.dtype.is_floating_point or target.dtype.is_complex or target.dtype == torch.bool:
-        raise ValueError(f"target must hold class indices (int32 or int64), not {target.dtype}")
+    tdt = target.dtype
+    if tdt not in _TARGET_TYPES and (tdt.is_floating_point or tdt.is_complex
+                                     or tdt == torch.bool):
+        raise ValueError(f"target must hold class indices (int32 or int64), not {tdt}")
     dev = input.device
     if target.device != dev:
         raise ValueError(f"target is on {target.device} but input is on {dev}")
     v = input.shape[-1]
     x = input if input.dim() == 2 else input.reshape(-1, v)
-    if (v > 1 and x.shape[0] > 0 and x.stride(1) != 1) or (x.shape[0] > 1 and x.stride(0) < v):
+    if not x.is_contiguous() and ((v > 1 and x.shape[0] > 0 and x.stride(1) != 1)
+                                  or (x.shape[0] > 1 and x.stride(0) < v)):
         x = x.contiguous()
     t = target if target.dim() == 1 else target.reshape(-1)
-    if t.dtype not in _TARGET_TYPES:
+    if tdt not in _TARGET_TYPES:
         t = t.to(torch.int64)
-    if t.shape[0] > 1 and t.stride(0) != 1:
+    if not t.is_contiguous():
         t = t.contiguous()
     w = None
     if weight is not None:
@@ -390,6 +403,8 @@ def _cross_entropy(input, target, weight, ignore_index, red, label_smoothing,
 
     if grad:
         outs = _CrossEntropyFunction.apply(x, *args)
+        if not (return_z_loss or return_token_accuracy or return_predicted_tokens):
+            return outs if red != _NONE else outs.view(lead)
         loss = outs[0]
         extras = iter(outs[1:])
         z = next(extras) if return_z_loss else None

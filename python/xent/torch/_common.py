@@ -70,8 +70,10 @@ def _exec_for(t: Tensor, verdict=None) -> _lib.XentExec:
         ex.verdict = None if verdict is None else verdict.handle
         return ex
     if t.device.type == "cpu":
-        ex = _lib.XentExec()
-        ex.backend = _lib.XENT_BACKEND_CPU
+        ex = getattr(_local, "cpu_exec", None)
+        if ex is None:
+            ex = _local.cpu_exec = _lib.XentExec()
+            ex.backend = _lib.XENT_BACKEND_CPU
         return ex
     raise ValueError(f"xent runs on CPU and CUDA tensors, not on {t.device.type!r}")
 
@@ -146,18 +148,28 @@ def _extras(ctx, dtype, z, acc, pred, want_z: bool, want_acc: bool, want_pred: b
     return tuple(extras)
 
 
-def _run_backward(grad: Tensor, grad_output: Tensor, applied: Tensor) -> None:
-    """grad (N, V) *= grad_output / applied, then applied = grad_output: the
-    saved gradient rescaled from the upstream gradient it holds to the new
-    one, on grad's device, in one C call."""
+def _run_backward(grad: Tensor, grad_output: Tensor, applied: Optional[Tensor]):
+    """The saved gradient grad (N, V) taken from the upstream gradient it
+    holds to grad_output, on grad's device, in one C call. `applied`: what
+    it holds, fp32 (1 or N values), rescaled in place (grad *= grad_output /
+    applied, then applied = grad_output); None: the forward's gradient (an
+    upstream gradient of 1), scaled by grad_output (a factor of 1 skips the
+    pass on the device). Returns the upstream gradient grad holds now, in
+    a tensor of its own (the caller may change grad_output later)."""
     n, v = grad.shape
-    if n == 0:
-        return
     go = grad_output
     if (go.dtype != _f32 or go.device != grad.device or not go.is_contiguous()
             or go.dim() != 1):
         go = go.to(device=grad.device, dtype=_f32).reshape(-1).contiguous()
+    if applied is None:
+        if n > 0:
+            _lib.backward(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
+                          go.data_ptr(), go.numel(), _exec_for(grad))
+        return go.clone() if go.data_ptr() == grad_output.data_ptr() else go
+    if n == 0:
+        return applied
     if go.numel() != applied.numel():
         raise ValueError(f"grad_output has {go.numel()} values; expected {applied.numel()}")
     _lib.backward_rescale(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),
                           go.data_ptr(), applied.data_ptr(), applied.numel(), _exec_for(grad))
+    return applied
