@@ -114,6 +114,63 @@ __device__ __forceinline__ part threads_reduce(part p, part *scratch, int thread
   return scratch[kMaxWarps];
 }
 
+/* (max, sum) alone over a warp, in warp_reduce's order of merges: every
+ * lane ends with the same bits. */
+__device__ __forceinline__ void warp_max_sum(float &m, float &s) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+    const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & o) == 0) {
+      xent_merge_max_sum(&m, &s, m2, s2);
+    } else {
+      float mm = m2, ss = s2;
+      xent_merge_max_sum(&mm, &ss, m, s);
+      m = mm;
+      s = ss;
+    }
+  }
+}
+
+/* threads_reduce for a part whose other fields nobody set (no accuracy,
+ * smoothing or weights): the (max, sum) pair alone goes through the
+ * shuffles and shared memory, two values instead of seven, and the rest of
+ * the result is part_empty's, as the full reduction would leave it. The
+ * same merges in the same order: the same bits. A row's reduction is a
+ * visible share of the row at V = 32000 (bench/HISTORY.md v25). */
+template <bool NAMED>
+__device__ __forceinline__ part threads_reduce_max_sum(const part &p, part *scratch,
+                                                       int threads) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const unsigned nwarps = ((unsigned)threads + 31u) >> 5;
+  float m = p.m, s = p.s;
+  warp_max_sum(m, s);
+  if (lane == 0) {
+    scratch[warp].m = m;
+    scratch[warp].s = s;
+  }
+  if (NAMED) asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
+  else __syncthreads();
+  if (warp == 0) {
+    float m2 = -INFINITY, s2 = 0.0f;
+    if ((unsigned)lane < nwarps) {
+      m2 = scratch[lane].m;
+      s2 = scratch[lane].s;
+    }
+    warp_max_sum(m2, s2);
+    if (lane == 0) {
+      scratch[kMaxWarps].m = m2;
+      scratch[kMaxWarps].s = s2;
+    }
+  }
+  if (NAMED) asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
+  else __syncthreads();
+  part r = part_empty();
+  r.m = scratch[kMaxWarps].m;
+  r.s = scratch[kMaxWarps].s;
+  return r;
+}
+
 /* Reduce over the block; the result is returned to every thread. */
 __device__ __forceinline__ part block_reduce(part p, part *scratch) {
   return threads_reduce<false>(p, scratch, (int)blockDim.x);

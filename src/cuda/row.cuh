@@ -79,8 +79,16 @@ __device__ __forceinline__ void fold_vec(const fwd_params &p, const uint4 &v, in
  * smoothing): the stage's maximum first, on packed pairs, then one rescale
  * and U * N exponentials summed in four independent chains. Vectors past
  * the stage's end hold -inf and add nothing. The same result as fold_vec
- * up to the order of the additions. */
-template <typename T, int U>
+ * up to the order of the additions.
+ *
+ * FMA: each exponent as one FFMA, x log2(e) - k with k = round(m log2(e)),
+ * instead of the difference (x - m) log2(e). It is exact up to the offset
+ * m log2(e) - k, which an FMA gives exactly and which scales the stage's
+ * sum by 2^offset, taken back once; while |k| < 2^24 the offset is at most
+ * 1/2, beyond it the difference form runs. The forward without a gradient
+ * (fwd_segment) is faster so, the staged kernel slower (bench/NOTES.md:
+ * numerics). */
+template <typename T, int U, bool FMA = false>
 __device__ __forceinline__ void fold_stage(const uint4 (&v)[U], float &m, float &s) {
   constexpr int VN = elem<T>::N;
   using W = word_max<T>;
@@ -108,6 +116,19 @@ __device__ __forceinline__ void fold_stage(const uint4 (&v)[U], float &m, float 
     return;
   }
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const float k = m * kLog2e;
+  if (FMA && fabsf(k) < 16777216.0f) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      float f[VN];
+      elem<T>::unpack(v[u], f);
+#pragma unroll
+      for (int e = 0; e < VN; e++) acc[e & 3] += fast_exp2(fmaf(f[e], kLog2e, -k));
+    }
+    const float offset = fmaf(m, kLog2e, -k); /* m log2(e) - k, exactly */
+    s = fmaf((acc[0] + acc[1]) + (acc[2] + acc[3]), fast_exp2(-offset), s);
+    return;
+  }
 #pragma unroll
   for (int u = 0; u < U; u++) {
     float f[VN];

@@ -311,7 +311,9 @@ int xt_problem_make_huge(xt_problem *pb, const xt_case *c, double M, xt_rng *rng
 }
 
 double xt_huge_case(xt_case *c, xent_dtype dt, int k, int64_t rows, int64_t vocab) {
-  static const double wide[] = {1e4, -1e4, 1e10, -1e10, 1e20, 1e30, -1e30, 3e38, -3e38};
+  /* 1.1e7 and -1.2e7: either side of where the GPU kernels' one-FFMA exponent stops */
+  static const double wide[] = {1e4,  -1e4,  1.1e7, -1.2e7, 1e10,
+                                -1e10, 1e20, 1e30,  -1e30,  3e38, -3e38};
   static const double half[] = {1e3, -1e3, 6e4, 65504.0, -6e4, -65504.0};
   const int nw = (int)(sizeof wide / sizeof wide[0]), nh = (int)(sizeof half / sizeof half[0]);
   const int n = dt == XENT_FLOAT16 ? nh : nw;

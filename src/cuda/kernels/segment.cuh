@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(XENT_SEGMENT_MAX_THREADS, 5) fwd_segment(const
   const bool lead = seg == 0 && threadIdx.x == 0;
   const int64_t y64 = lead ? load_target(p.targets, p.target64, row) : 0;
   float m = -INFINITY, s = 0.0f;
-  fold_stage<T, U>(v, m, s);
+  fold_stage<T, U, true>(v, m, s);
   if (seg == 0) {
     part unused = part_empty();
     fold_extras<T, false, false, false>(p, rowp, g, (int)threadIdx.x, (int)blockDim.x, m, s,

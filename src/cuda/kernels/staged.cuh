@@ -482,8 +482,10 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
     if (STATS) XENT_WITH_FLAGS(p, XENT_STAGED_PASS1);
     else XENT_STAGED_PASS1(false, false);
 #undef XENT_STAGED_PASS1
-    /* over the consumer threads, at barrier 1: the producer warp never joins */
-    part t = threads_reduce<true>(q, sm.scratch, nc);
+    /* over the consumer threads, at barrier 1: the producer warp never joins;
+     * without the max pass's statistics, the (max, sum) pair alone */
+    part t = STATS ? threads_reduce<true>(q, sm.scratch, nc)
+                   : threads_reduce_max_sum<true>(q, sm.scratch, nc);
     if (K > 1) t = cluster_exchange(t, K, rank, &sm.inbox, exchanged++);
     const grad_coef gc = finish_row(p, rs, t, xy, e.row, y, writer);
     if (!p.write_grad) continue;
