@@ -19,11 +19,13 @@
 #   linear       bench/compare.py --kernel linear: shapes (XENT_LINEAR_ARGS to change),
 #                chunk curve and weight-gradient error
 #   compare      bench/compare.py: the cross-entropy sweep against every peer
-#   host         bench/host_time.py at BT 1024 and 8192
+#   host         bench/host_time.py at BT 1024 (with --parts) and 8192
 #   vp           bench/vp.py: the vocabulary-parallel shard calls against the single-GPU loss
 #   hf           bench/hf_step.py: a 1B-shaped Hugging Face model's training step with
 #                each loss (memory and time)
 #   sanitize     compute-sanitizer memcheck of test_linear's CUDA tests
+#   variant      a copy of the tree changed by XENT_VARIANT_SED ("file|sed-script"), its
+#                xent-bench run in the bench stage after this tree's and before it again
 #
 # Each stage's one-line result is printed when it ends and again in the
 # summary, so a run stopped by a time limit still shows what finished.
@@ -83,6 +85,19 @@ if has before; then
    rm -rf "$OLDPWD/build-before" && cp -r build "$OLDPWD/build-before") &
   before_pid=$!
 fi
+if has variant; then
+  # A variant of the working tree for an A/B in one run: XENT_VARIANT_SED="file|sed-script"
+  # applied to a copy, whose xent-bench the bench stage runs after the others.
+  (rm -rf "$LOGS/variant-src" && mkdir -p "$LOGS/variant-src" &&
+   tar --exclude='./build*' --exclude='./.deps' --exclude='./.whl' --exclude='./.before' \
+     --exclude='./out' -cf - . | tar -xf - -C "$LOGS/variant-src" &&
+   cd "$LOGS/variant-src" && sed -i "${XENT_VARIANT_SED#*|}" "${XENT_VARIANT_SED%%|*}" &&
+   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_PTX=OFF \
+     $XENT_CMAKE_PREFIX >"$LOGS/variant.log" 2>&1 &&
+   cmake --build build -j 8 --target xent-bench test_linear >>"$LOGS/variant.log" 2>&1 &&
+   rm -rf "$OLDPWD/build-variant" && cp -r build "$OLDPWD/build-variant") &
+  variant_pid=$!
+fi
 if has build || [ ! -f build/CMakeCache.txt ]; then
   stamp "build"
   if build_tree build; then note build ok; else
@@ -96,6 +111,10 @@ fi
 if has before; then
   wait $before_pid && note before "built $before" || {
     note before "FAILED"; cp "$LOGS/before.log" "$OUT/"; tail -20 "$OUT/before.log"; }
+fi
+if has variant; then
+  wait $variant_pid && note variant "built: ${XENT_VARIANT_SED:-}" || {
+    note variant "FAILED"; cp "$LOGS/variant.log" "$OUT/" 2>/dev/null; }
 fi
 export XENT_LIBRARY=$PWD/build/libxent.so PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 
@@ -167,6 +186,14 @@ if has bench && in_time bench; then
       >"$OUT/bench-before.log" 2>&1
     note bench-before "rc=$? (the commit of .before/src.tar)"
   fi
+  if [ -x build-variant/bench/xent-bench ]; then
+    timeout 150 build-variant/bench/xent-bench --mode all --csv "$OUT/xent-bench-variant.csv" \
+      >"$OUT/bench-variant.log" 2>&1
+    note bench-variant "rc=$? (${XENT_VARIANT_SED:-})"
+    timeout 150 build/bench/xent-bench --mode all --csv "$OUT/xent-bench-again.csv" \
+      >"$OUT/bench-again.log" 2>&1
+    note bench-again "rc=$? (this tree again, after the variant)"
+  fi
 fi
 if has compare && in_time compare; then
   stamp "compare"
@@ -188,9 +215,13 @@ if has hf && in_time hf; then
 fi
 if has host && in_time host; then
   stamp "host"
-  for bt in 1024 8192; do
-    timeout 120 python3 bench/host_time.py --bt $bt >>"$OUT/host.log" 2>&1
-  done
+  timeout 150 python3 bench/host_time.py --bt 1024 --parts >>"$OUT/host.log" 2>&1
+  timeout 120 python3 bench/host_time.py --bt 8192 >>"$OUT/host.log" 2>&1
+  if [ -d .hostbefore/python ]; then # an earlier binding (its python/ tree) on this library
+    echo "earlier binding (.hostbefore):" >>"$OUT/host.log"
+    PYTHONPATH=$PWD/.hostbefore/python${PYTHONPATH#$PWD/python} timeout 120 python3 \
+      bench/host_time.py --bt 1024 --providers xent,xent_unchecked >>"$OUT/host.log" 2>&1
+  fi
   note host "rc=$?"
 fi
 
@@ -198,11 +229,11 @@ stamp "done"
 echo "==================== summary ===================="
 printf '%s\n' "${SUMMARY[@]}"
 # The short tables: xent-bench (and the before build's), the fused linear run.
-for f in bench bench-before; do
+for f in bench bench-before bench-variant bench-again; do
   [ -f "$OUT/$f.log" ] && { echo "-- $f"; grep -E '^(BT|  *BT|shape|V=)' "$OUT/$f.log" | head -24; }
 done
 [ -f "$OUT/linear.log" ] && { echo "-- linear"; grep -vE '^\s*$' "$OUT/linear.log" | tail -60; }
 [ -f "$OUT/vp.log" ] && { echo "-- vp"; tail -5 "$OUT/vp.log"; }
 [ -f "$OUT/hf.log" ] && { echo "-- hf"; tail -8 "$OUT/hf.log"; }
-[ -f "$OUT/host.log" ] && { echo "-- host"; tail -30 "$OUT/host.log"; }
+[ -f "$OUT/host.log" ] && { echo "-- host"; grep -vE '^\s*$' "$OUT/host.log" | tail -30; }
 exit 0
