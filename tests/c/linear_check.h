@@ -82,6 +82,8 @@ typedef struct xt_lin {
   double loss, z, acc, loss_mag;
   int64_t n_valid, hits, near_ties;
   double lse_err;              /* tolerance of lse from the logits' rounding  */
+  double p_err;                /* relative error of every p_j from the same:
+                                  lse_err (max |Z| + 1)                       */
 } xt_lin;
 
 int xt_lin_make(xt_lin *p, const xt_lin_case *c, xt_rng *rng);
