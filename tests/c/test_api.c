@@ -530,9 +530,11 @@ static void test_bad_enums(void **state) {
   assert_int_equal(xent_verdict_create(&v), XENT_OK);
   c.ex.verdict = v;
   expect_ok("deferred with reduction sum (the CPU checks at once)", &c);
+  assert_int_equal(xent_verdict_ready(v), 1); /* nothing pending: the CPU checked */
   assert_int_equal(xent_verdict_wait(v), XENT_OK);
   xent_verdict_destroy(v);
   assert_int_equal(xent_verdict_wait(NULL), XENT_ERROR_NULL_POINTER);
+  assert_int_equal(xent_verdict_ready(NULL), 0);
   base_call(&c);
   c.ex.backend = (xent_backend)3;
   expect_fail("bad backend", &c, XENT_ERROR_BAD_ENUM, "backend");
