@@ -291,12 +291,8 @@ class _CrossEntropyFunction(torch.autograd.Function):
             _verdicts.settle(block=False)
         # The implementation itself: the operator's dispatcher would bump the
         # saved gradient's version counter (and a second backward through the
-        # same graph would fail autograd's saved-tensor check). A later
-        # backward rescales a copy of the state: the first one's may be the
-        # caller's grad_output.
-        applied = ctx.applied
-        ctx.applied = _run_backward(grad, grad_loss,
-                                    None if applied is None else applied.clone())
+        # same graph would fail autograd's saved-tensor check).
+        ctx.applied = _run_backward(grad, grad_loss, ctx.applied)
         return (grad,) + _NO_GRADS
 
 

@@ -147,15 +147,15 @@ class _VPFunction(torch.autograd.Function):
                                  lse_square_scale, softcap, check, want_z, want_acc, want_pred,
                                  True, group)
         torch.autograd.graph.increment_version(x)
-        applied = torch.ones(x.shape[0] if red == _NONE else 1, dtype=_f32, device=x.device)
-        ctx.save_for_backward(x.detach(), applied)
+        ctx.save_for_backward(x.detach())
+        ctx.applied = None  # the upstream gradient the shard's gradient holds (_run_backward)
         return (loss.to(x.dtype),) + _extras(ctx, x.dtype, z, acc, pred, want_z, want_acc,
                                              want_pred)
 
     @staticmethod
     def backward(ctx, grad_loss, *rest):
-        g, applied = ctx.saved_tensors
-        _run_backward(g, grad_loss, applied)
+        (g,) = ctx.saved_tensors
+        ctx.applied = _run_backward(g, grad_loss, ctx.applied)
         return (g,) + (None,) * 13
 
 
