@@ -254,6 +254,15 @@ __device__ __forceinline__ void reject_rows(const fwd_params &p) {
       elem<T>::store(p.x + r * p.stride_bytes + (int64_t)j * (int64_t)sizeof(T), 0.0f);
 }
 
+/* The first statement of the forward kernels: kernel_enter, and on a
+ * rejected call reject_rows. True: the kernel returns. */
+template <typename T>
+__device__ __forceinline__ bool forward_enter(const fwd_params &p) {
+  if (!kernel_enter(p.verdict)) return false;
+  reject_rows<T>(p);
+  return true;
+}
+
 /* The reduction scales the count kernel left in the workspace header (1
  * without one), and the constants with the device's sum of weights. A
  * persistent kernel reads them once, not once per row. */

@@ -42,10 +42,7 @@ static_assert(2 * XENT_SEGMENT_MAX + 1 <= XENT_WS_ROW_ARRAYS,
  * spilled. */
 template <typename T, int U>
 __global__ void __launch_bounds__(XENT_SEGMENT_MAX_THREADS, 5) fwd_segment(const fwd_params p) {
-  if (kernel_enter(p.verdict)) { /* rejected: nothing written (deferred: no gradient) */
-    reject_rows<T>(p);
-    return;
-  }
+  if (forward_enter<T>(p)) return; /* rejected: nothing written (deferred: no gradient) */
   const int64_t row = blockIdx.x / (unsigned)p.seg_count;
   const int seg = (int)(blockIdx.x - row * p.seg_count);
   const char *rowp = p.x + row * p.stride_bytes;

@@ -406,10 +406,7 @@ __device__ __forceinline__ void staged_grad_held(const fwd_params &p, const grad
 template <typename T, int U, bool GENERAL, bool STATS>
 __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const fwd_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (kernel_enter(p.verdict)) { /* rejected: nothing written (deferred: no gradient) */
-    reject_rows<T>(p);
-    return;
-  }
+  if (forward_enter<T>(p)) return; /* rejected: nothing written (deferred: no gradient) */
   constexpr int ES = (int)sizeof(T);
   extern __shared__ __align__(128) uint4 ring[];
   __shared__ staged_smem sm;

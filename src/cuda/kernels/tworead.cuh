@@ -81,10 +81,7 @@ __device__ __forceinline__ void tworead_load2(const tworead_walk &w, int it,
 
 template <typename T, bool GENERAL, bool STATS>
 __global__ void __launch_bounds__(1024) fwd_tworead(const fwd_params p) {
-  if (kernel_enter(p.verdict)) { /* rejected: nothing written (deferred: no gradient) */
-    reject_rows<T>(p);
-    return;
-  }
+  if (forward_enter<T>(p)) return; /* rejected: nothing written (deferred: no gradient) */
   constexpr int VN = elem<T>::N;
   constexpr int ES = (int)sizeof(T);
   constexpr int U = kTwoReadUnroll;

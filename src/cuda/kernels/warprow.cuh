@@ -65,10 +65,7 @@ __global__ void __launch_bounds__(256) fwd_warprow(const fwd_params p) {
   static_assert((PIPE == 0) == (GENERAL || STATS), "the plain kernel is the pipelined one");
   static_assert(SPLIT == 1 || (PIPE > 0 && 32 * SPLIT <= 256), "a split row is pipelined");
   constexpr int W = 32 * SPLIT; /* lanes that share a row */
-  if (kernel_enter(p.verdict)) { /* rejected: nothing written (deferred: no gradient) */
-    reject_rows<T>(p);
-    return;
-  }
+  if (forward_enter<T>(p)) return; /* rejected: nothing written (deferred: no gradient) */
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = warp % SPLIT, vl = sub * 32 + lane; /* this lane among the row's W */
   const int64_t row = (int64_t)blockIdx.x * ((blockDim.x >> 5) / SPLIT) + warp / SPLIT;
