@@ -493,7 +493,9 @@ XENT_API int xent_vp_record_floats(const xent_options *opt, const float *weights
  * shard's width), in->targets every row's global target, in->weights NULL or
  * all V weights. vocab: the global V; offset: the shard's first column.
  * records: rows x R floats on the shard's side. Targets are checked as by
- * xent_forward (XENT_TARGETS_DEFERRED is not available). */
+ * xent_forward, except in XENT_TARGETS_DEFERRED mode, where step 3 checks
+ * them and this step does not (a bad row's record is zeros): every rank
+ * then reaches the collective, whatever its targets. */
 XENT_API xent_status xent_vp_stats(const xent_input *in, int64_t vocab, int64_t offset,
                                    const xent_options *opt, const xent_output *out,
                                    float *records, const xent_exec *exec);
@@ -501,7 +503,10 @@ XENT_API xent_status xent_vp_stats(const xent_input *in, int64_t vocab, int64_t 
 /* Step 3. gathered: ranks x rows x R floats, rank order. out as for
  * xent_forward (outputs over all rows, identical on every rank); write_grad
  * 1: the shard's gradient over its logits, for an upstream gradient of 1.
- * Targets were checked in step 1 (and are not read for indexing here). */
+ * Targets were checked in step 1 (and are not read for indexing here);
+ * XENT_TARGETS_DEFERRED checks them here on the device and leaves the
+ * verdict in exec->verdict, as xent_forward_grad does (a rejected call: NaN
+ * reductions, the shard's gradient zero). */
 XENT_API xent_status xent_vp_forward(const xent_input *in, int64_t vocab, int64_t offset,
                                      const xent_options *opt, const float *gathered, int ranks,
                                      const xent_output *out, int write_grad,

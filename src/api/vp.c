@@ -48,10 +48,6 @@ static xent_status vp_common(xent_vp_call *v, const xent_input *in, int64_t voca
   if (in->weights && !xent_aligned(in->weights, 4))
     return xent_fail(XENT_ERROR_BAD_ARGUMENT, "weights is not 4-byte aligned");
   if ((st = xent_check_options(opt))) return st;
-  if (opt->target_check == XENT_TARGETS_DEFERRED)
-    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
-                     "target_check XENT_TARGETS_DEFERRED is not available for the "
-                     "vocabulary-parallel calls; use XENT_TARGETS_CHECKED or UNCHECKED");
   if (forward && (st = xent_check_outputs(out, opt->reduction, in->rows))) return st;
   v->vocab = vocab;
   v->offset = offset;
@@ -60,7 +56,7 @@ static xent_status vp_common(xent_vp_call *v, const xent_input *in, int64_t voca
 }
 
 static xent_status vp_resolve(xent_vp_call *v, const float *records, const char *records_name,
-                              int check_host) {
+                              int forward) {
   xent_call *c = &v->c;
   xent_sides sides = {0};
   xent_sides_add(&sides, "logits", c->in.logits);
@@ -74,9 +70,22 @@ static xent_status vp_resolve(xent_vp_call *v, const float *records, const char 
   xent_sides_add(&sides, "out->lse", c->out.lse);
   xent_status st = xent_resolve(&c->ex, &sides);
   if (st) return st;
-  if (c->ex.backend == XENT_BACKEND_CPU && check_host)
+  if (c->ex.backend == XENT_BACKEND_CPU)
     return xent_check_host_targets(c->in.targets, c->in.target_type, c->in.rows, v->vocab,
                                    c->opt.ignore_index, c->in.weights, "weights");
+  /* Deferred mode: step 3 checks on the device and leaves the verdict;
+   * step 1 checks nothing (its bad rows' records are zeros). */
+  if (forward && c->opt.target_check == XENT_TARGETS_DEFERRED && !c->ex.verdict)
+    return xent_fail(XENT_ERROR_NULL_POINTER,
+                     "exec->verdict is NULL; XENT_TARGETS_DEFERRED on the CUDA backend needs a "
+                     "xent_verdict");
+  if (c->ex.workspace && !xent_aligned(c->ex.workspace, 256))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "workspace is not 256-byte aligned");
+  if (c->ex.workspace && c->ex.workspace_bytes < xent_workspace_size(c->in.rows))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "workspace_bytes is %zu; %lld rows need xent_workspace_size() = %zu",
+                     c->ex.workspace_bytes, (long long)c->in.rows,
+                     xent_workspace_size(c->in.rows));
   return XENT_OK;
 }
 
@@ -91,7 +100,7 @@ xent_status xent_vp_stats(const xent_input *in, int64_t vocab, int64_t offset,
   if (records && !xent_aligned(records, 4))
     return xent_fail(XENT_ERROR_BAD_ARGUMENT, "records is not 4-byte aligned");
   v.records = records;
-  if ((st = vp_resolve(&v, records, "records", 1))) return st;
+  if ((st = vp_resolve(&v, records, "records", 0))) return st;
   if (in->rows == 0) return XENT_OK;
   return v.c.ex.backend == XENT_BACKEND_CPU ? xent_cpu_vp_stats(&v) : xent_cuda_vp_stats(&v);
 }

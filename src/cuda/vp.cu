@@ -6,7 +6,10 @@
  *            a block per row (combine, outputs, the shard's gradient), and
  *            for mean and sum the finalize kernel
  * Checked mode waits for the verdict once the stats are queued, as the
- * single-GPU forward does.
+ * single-GPU forward does. Deferred mode checks in the forward instead and
+ * leaves the verdict in exec->verdict: its stats check nothing (a bad row's
+ * record is zeros), so every rank reaches the collective, and a rejected
+ * forward writes NaN reductions and clears the shard's gradient.
  */
 #include <string.h>
 
@@ -52,7 +55,8 @@ xent_status launch_dt(bool stats, xent_dtype dt, const vp_params &vp, cudaStream
 xent_status vp_impl(const xent_vp_call *v, bool stats, const dev_props &dp) {
   const xent_call *c = &v->c;
   cudaStream_t stream = (cudaStream_t)c->ex.stream;
-  const bool checked = stats && c->opt.target_check == XENT_TARGETS_CHECKED;
+  const bool deferred = !stats && c->opt.target_check == XENT_TARGETS_DEFERRED;
+  const bool checked = (stats && c->opt.target_check == XENT_TARGETS_CHECKED) || deferred;
   xent_status st;
   if (checked && (st = refuse_capture(stream))) return st;
   const int64_t rows = c->in.rows;
@@ -81,6 +85,7 @@ xent_status vp_impl(const xent_vp_call *v, bool stats, const dev_props &dp) {
     vp.p.vocab = (int)c->in.vocab; /* ... then the shard's width */
     vp.p.hdr = need_ws ? w.hdr : NULL;
     vp.p.verdict = checked ? w.hdr : NULL;
+    vp.p.zero_if_rejected = deferred && c->write_grad;
     vp.p.row_loss = per_row ? c->out.loss : w.loss;
     vp.p.row_z = per_row ? c->out.z_loss
                          : ((c->opt.lse_square_scale > 0.0f || c->out.z_loss) ? w.z : NULL);
@@ -96,7 +101,7 @@ xent_status vp_impl(const xent_vp_call *v, bool stats, const dev_props &dp) {
         (st = launch_finalize(finalize_for(&g, vp.p, w), dp, c->exp, stream)))
       break;
   } while (0);
-  if (checked && st == XENT_OK) st = check_verdict(verdict, &g, false);
+  if (checked && st == XENT_OK) st = check_verdict(verdict, &g, deferred);
   if (owned) {
     cudaError_t e = cudaFreeAsync(ws, stream);
     if (e != cudaSuccess && st == XENT_OK) st = cuda_fail(e, "cudaFreeAsync");

@@ -255,8 +255,13 @@ static void test_vp_errors(void **state) {
   t[3] = 10; /* outside the global V */
   assert_int_equal(xent_vp_stats(&in, 10, 5, &opt, &out, records, &ex), XENT_ERROR_BAD_TARGET);
   assert_true(xt_mentions(xent_last_error(), "3"));
-  t[3] = 9;
+  /* deferred on the CPU: checked on the host at once, in either step */
   opt.target_check = XENT_TARGETS_DEFERRED;
+  assert_int_equal(xent_vp_stats(&in, 10, 5, &opt, &out, records, &ex), XENT_ERROR_BAD_TARGET);
+  assert_int_equal(xent_vp_forward(&in, 10, 5, &opt, records, 1, &out, 1, &ex),
+                   XENT_ERROR_BAD_TARGET);
+  t[3] = 9;
+  opt.reduction = XENT_REDUCTION_NONE; /* deferred mode writes NaN into a reduction */
   assert_int_equal(xent_vp_stats(&in, 10, 5, &opt, &out, records, &ex), XENT_ERROR_BAD_ARGUMENT);
   opt = xent_options_default();
   assert_int_equal(xent_vp_forward(&in, 10, 5, &opt, records, 0, &out, 1, &ex),
@@ -265,11 +270,114 @@ static void test_vp_errors(void **state) {
   for (int i = 0; i < 40; i++) assert_true(logits[i] == 0.0f);
 }
 
+#ifdef XENT_TEST_HAVE_CUDA
+/* Deferred mode on the device, two shards of a 6 x 40 fp32 problem: with
+ * good targets the same bits as the checked mode; with a bad one both
+ * steps return XENT_OK (every rank reaches its collective), the loss is NaN,
+ * both shards' gradients are zero, and the verdict names the row. */
+static long deferred_case(int bad, xent_verdict *verdict, float *loss_out, float *grad_out,
+                          xent_target_check mode, xent_status *verdict_st) {
+  enum { ROWS = 6, V = 40, W0 = 23 };
+  float h[ROWS * V];
+  int64_t t[ROWS] = {0, 39, 22, 23, 5, -100};
+  xt_rng rng = xt_rng_for("test_cuda_vp_deferred");
+  for (int i = 0; i < ROWS * V; i++) h[i] = (float)(xt_uniform(&rng) * 8.0 - 4.0);
+  if (bad) t[3] = V;
+  float *x, *rec, *gat, *loss;
+  int64_t *dt;
+  cudaMalloc((void **)&x, sizeof h);
+  cudaMalloc((void **)&dt, sizeof t);
+  cudaMalloc((void **)&rec, ROWS * 4 * 4);
+  cudaMalloc((void **)&gat, 2 * ROWS * 4 * 4);
+  cudaMalloc((void **)&loss, 4);
+  cudaMemcpy(x, h, sizeof h, cudaMemcpyHostToDevice);
+  cudaMemcpy(dt, t, sizeof t, cudaMemcpyHostToDevice);
+  cudaMemset(loss, 0x7f, 4);
+  xent_options opt = xent_options_default();
+  opt.target_check = mode;
+  xent_output out = {loss, NULL, NULL, NULL, NULL};
+  xent_exec ex = xent_exec_default();
+  ex.backend = XENT_BACKEND_CUDA;
+  ex.verdict = verdict;
+  const int64_t off[2] = {0, W0}, wid[2] = {W0, V - W0};
+  long errs = 0;
+  for (int p = 0; p < 2; p++) {
+    xent_input in = {x + off[p], XENT_FLOAT32, ROWS, wid[p], V, dt, XENT_INT64, NULL};
+    if (xent_vp_stats(&in, V, off[p], &opt, &out, rec, &ex)) {
+      fprintf(stderr, "  deferred stats rank %d: %s\n", p, xent_last_error());
+      errs++;
+    }
+    cudaMemcpy(gat + p * ROWS * 4, rec, ROWS * 4 * 4, cudaMemcpyDeviceToDevice);
+  }
+  for (int p = 0; p < 2; p++) {
+    xent_input in = {x + off[p], XENT_FLOAT32, ROWS, wid[p], V, dt, XENT_INT64, NULL};
+    if (xent_vp_forward(&in, V, off[p], &opt, gat, 2, &out, 1, &ex)) {
+      fprintf(stderr, "  deferred forward rank %d: %s\n", p, xent_last_error());
+      errs++;
+    }
+  }
+  *verdict_st = mode == XENT_TARGETS_DEFERRED ? xent_verdict_wait(verdict) : XENT_OK;
+  cudaMemcpy(loss_out, loss, 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(grad_out, x, sizeof h, cudaMemcpyDeviceToHost);
+  cudaFree(x);
+  cudaFree(dt);
+  cudaFree(rec);
+  cudaFree(gat);
+  cudaFree(loss);
+  return errs;
+}
+#endif
+
+static void test_cuda_vp_deferred(void **state) {
+  (void)state;
+  if (!have_gpu()) skip();
+#ifdef XENT_TEST_HAVE_CUDA
+  xent_verdict *v = NULL;
+  assert_int_equal(xent_verdict_create(&v), XENT_OK);
+  float la, lb, ga[240], gb[240];
+  xent_status sa, sb;
+  /* good targets: the checked mode's bits */
+  assert_int_equal(deferred_case(0, v, &la, ga, XENT_TARGETS_CHECKED, &sa), 0);
+  assert_int_equal(deferred_case(0, v, &lb, gb, XENT_TARGETS_DEFERRED, &sb), 0);
+  assert_int_equal(sb, XENT_OK);
+  assert_true(la == lb && la > 0.0f);
+  assert_memory_equal(ga, gb, sizeof ga);
+  /* a bad target: queued without error, rejected on the device */
+  assert_int_equal(deferred_case(1, v, &lb, gb, XENT_TARGETS_DEFERRED, &sb), 0);
+  assert_int_equal(sb, XENT_ERROR_BAD_TARGET);
+  assert_true(xt_mentions(xent_last_error(), "3"));
+  assert_true(lb != lb);
+  for (int i = 0; i < 240; i++) assert_true(gb[i] == 0.0f);
+  /* deferred without a verdict: refused before anything is written */
+  float *x, *rec;
+  int64_t *dt, t[2] = {0, 1};
+  cudaMalloc((void **)&x, 8 * 4);
+  cudaMalloc((void **)&rec, 2 * 4 * 4);
+  cudaMalloc((void **)&dt, sizeof t);
+  cudaMemset(x, 0, 8 * 4);
+  cudaMemcpy(dt, t, sizeof t, cudaMemcpyHostToDevice);
+  xent_input in = {x, XENT_FLOAT32, 2, 4, 4, dt, XENT_INT64, NULL};
+  xent_options opt = xent_options_default();
+  opt.target_check = XENT_TARGETS_DEFERRED;
+  xent_output out = {rec, NULL, NULL, NULL, NULL};
+  xent_exec ex = xent_exec_default();
+  ex.backend = XENT_BACKEND_CUDA;
+  assert_int_equal(xent_vp_forward(&in, 4, 0, &opt, rec, 1, &out, 1, &ex),
+                   XENT_ERROR_NULL_POINTER);
+  assert_true(xt_mentions(xent_last_error(), "verdict"));
+  cudaFree(x);
+  cudaFree(rec);
+  cudaFree(dt);
+  xent_verdict_destroy(v);
+#endif
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_vp_errors),
       cmocka_unit_test(test_cpu_vp),
       cmocka_unit_test(test_cuda_vp),
+      cmocka_unit_test(test_cuda_vp_deferred),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);
   printf("[ CASES    ] %ld sharded calls checked against the reference\n", g_cases);

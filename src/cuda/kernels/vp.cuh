@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params 
   __shared__ grad_coef shared_gc;
   __shared__ int skip;
   const fwd_params &p = v.p;
-  if (kernel_enter(p.verdict)) return;
+  if (forward_enter<T>(p)) return; /* rejected (deferred: the shard's gradient cleared) */
   const int64_t row = blockIdx.x;
   char *x = p.x + row * p.stride_bytes;
   if (threadIdx.x == 0) {
