@@ -31,11 +31,20 @@ same error on every rank, so no rank is left waiting in a collective.
 group, leaving the records' all-gather as the forward's one collective; the
 caller then guarantees that every rank calls with the same rows and dtype
 (a rank that alone changes shape would meet the others in the wrong
-collective). Targets outside [0, V) raise on every rank before the records
-are exchanged (every rank checks the same targets). With
-``check_targets=True`` the CUDA backend waits for the device's target check
-(as the single-GPU loss does); ``False`` never synchronises and gives bad rows
-a NaN loss and a zero gradient.
+collective). The layout's integers go over the host (a gloo group over the
+group's ranks, made at the first call, when the group is NCCL's), so the
+check never waits for the device.
+
+Targets outside [0, V) raise on every rank (every rank checks the same
+targets). A CUDA loss that requires grad (reduction mean or sum) checks them
+on the device in the forward step and reads the verdict late, as the
+single-GPU loss does: no rank waits, the records are exchanged as ever, the
+rejected loss is NaN and the shard's gradient zero, and the error is raised
+in the backward or at the next xent loss or ``xent.torch.check_pending()``.
+Otherwise (no grad, reduction none, the CPU) they raise in the forward,
+before the records are exchanged. ``check_targets=False`` gives bad rows a
+NaN loss and a zero gradient and raises nothing. The fused linear variant's
+checked mode waits for each chunk's check.
 
 As in the single-GPU loss, the gradient is written over the shard's logits.
 """
@@ -50,6 +59,7 @@ from torch import Tensor
 
 from .. import _lib
 from .._lib import XentValueError
+from . import _verdicts
 from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _alloc_outputs,
                       _check_options, _exec_for, _extras, _f32, _options_for, _ptr,
                       _row_stride, _run_backward)
@@ -78,12 +88,13 @@ def _layout(group, rows: int, width: int, dtype: torch.dtype, device, vocab_size
     if hit is not None and not validate:
         return hit
     code = _DTYPES.get(dtype, -1)
-    dev = device if dist.get_backend(group) == "nccl" else torch.device("cpu")
+    host = _host_group(group)
+    dev = torch.device("cpu") if host is not None else device
     mine = torch.tensor([rows, width, code, -1 if vocab_size is None else int(vocab_size)],
                         dtype=torch.int64, device=dev)
     every = [torch.empty_like(mine) for _ in range(ranks)]
-    dist.all_gather(every, mine, group=group)
-    table = torch.stack(every).cpu().tolist()
+    dist.all_gather(every, mine, group=host if host is not None else group)
+    table = torch.stack(every).tolist()
     rows_all = {r[0] for r in table}
     if len(rows_all) != 1:
         raise XentValueError(2, f"the ranks' logits have different row counts "
@@ -104,6 +115,31 @@ def _layout(group, rows: int, width: int, dtype: torch.dtype, device, vocab_size
     return out
 
 
+_host_groups: Dict[int, Tuple] = {}
+
+
+def _host_group(group):
+    """The group to exchange the layout's integers over on the host, so that
+    checking them never waits for the device: the group itself when it runs
+    CPU tensors (gloo, or a "cpu:gloo,cuda:nccl" group), else a gloo group
+    over the same ranks, made once (every rank of the group makes it at its
+    first call, as every rank calls). None where no such group can be made:
+    the exchange then runs on the device and reads the table back."""
+    backend = str(dist.get_backend(group)).lower()
+    if "gloo" in backend or "nccl" not in backend:
+        return group
+    hit = _host_groups.get(id(group))
+    if hit is not None and hit[0] is group:
+        return hit[1]
+    try:
+        side = dist.new_group(dist.get_process_group_ranks(group), backend="gloo",
+                              use_local_synchronization=True)
+    except (RuntimeError, ValueError, TypeError):
+        side = None
+    _host_groups[id(group)] = (group, side)
+    return side
+
+
 def _gather(records: Tensor, ranks: int, group) -> Tensor:
     out = torch.empty((ranks,) + tuple(records.shape), dtype=records.dtype, device=records.device)
     try:
@@ -119,7 +155,7 @@ def _gather(records: Tensor, ranks: int, group) -> Tensor:
 
 
 def _vp(x, t, weight, layout, red, ignore_index, label_smoothing, lse_square_scale, softcap,
-        check, want_z, want_acc, want_pred, grad, group):
+        check, want_z, want_acc, want_pred, grad, group, verdict=None):
     """The three steps on tensors. Returns (loss, z, acc, pred)."""
     rank, ranks, offset, vocab = layout
     n, width = x.shape
@@ -132,7 +168,7 @@ def _vp(x, t, weight, layout, red, ignore_index, label_smoothing, lse_square_sca
     out = _lib.XentOutput(_ptr(loss), _ptr(z), _ptr(acc), _ptr(pred), None)
     R = _lib.vp_record_floats(opt, _ptr(weight), out)
     records = torch.empty((n, R), dtype=_f32, device=dev)
-    ex = _exec_for(x)
+    ex = _exec_for(x, verdict)
     _lib.vp_stats(inp, vocab, offset, opt, out, _ptr(records), ex)
     gathered = _gather(records, ranks, group) if ranks > 1 else records.unsqueeze(0)
     _lib.vp_forward(inp, vocab, offset, opt, _ptr(gathered), ranks, out, grad, ex)
@@ -143,9 +179,13 @@ class _VPFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, t, weight, layout, red, ignore_index, label_smoothing, lse_square_scale,
                 softcap, check, want_z, want_acc, want_pred, group):
+        # Deferred: the forward step checks the targets on the device and the
+        # verdict is read late (_verdicts), so no rank waits before the
+        # collective and every rank (with the same targets) raises later.
+        ctx.verdict = _verdicts.take((t, weight)) if check == _lib.XENT_TARGETS_DEFERRED else None
         loss, z, acc, pred = _vp(x, t, weight, layout, red, ignore_index, label_smoothing,
                                  lse_square_scale, softcap, check, want_z, want_acc, want_pred,
-                                 True, group)
+                                 True, group, ctx.verdict)
         torch.autograd.graph.increment_version(x)
         ctx.save_for_backward(x.detach())
         ctx.applied = None  # the upstream gradient the shard's gradient holds (_run_backward)
@@ -155,6 +195,9 @@ class _VPFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, *rest):
         (g,) = ctx.saved_tensors
+        if ctx.verdict is not None:  # read if the device is past it (a bad target raises)
+            ctx.verdict = None
+            _verdicts.settle(block=False)
         ctx.applied = _run_backward(g, grad_loss, ctx.applied)
         return (g,) + (None,) * 13
 
@@ -224,12 +267,18 @@ def vocab_parallel_cross_entropy(
             raise ValueError(f"weight must hold all {layout[3]} class weights, got shape "
                              f"{tuple(weight.shape)}")
         w = weight.to(device=x.device, dtype=_f32).contiguous()
-    check = _lib.XENT_TARGETS_CHECKED if check_targets else _lib.XENT_TARGETS_UNCHECKED
+    grad = x.requires_grad and torch.is_grad_enabled()
+    if not check_targets:
+        check = _lib.XENT_TARGETS_UNCHECKED
+    elif grad and red != _NONE and x.is_cuda:
+        check = _lib.XENT_TARGETS_DEFERRED  # read in the backward or later
+    else:
+        check = _lib.XENT_TARGETS_CHECKED
     cap = None if softcap is None else float(softcap)
     args = (t, w, layout, red, int(ignore_index), float(label_smoothing), float(lse_square_scale),
             cap, check, bool(return_z_loss), bool(return_token_accuracy),
             bool(return_predicted_tokens), group)
-    if x.requires_grad and torch.is_grad_enabled():
+    if grad:
         outs = _VPFunction.apply(x, *args)
         loss = outs[0]
         extras = iter(outs[1:])
