@@ -275,8 +275,8 @@ static void test_vp_errors(void **state) {
  * good targets the same bits as the checked mode; with a bad one both
  * steps return XENT_OK (every rank reaches its collective), the loss is NaN,
  * both shards' gradients are zero, and the verdict names the row. */
-static long deferred_case(int bad, xent_verdict *verdict, float *loss_out, float *grad_out,
-                          xent_target_check mode, xent_status *verdict_st) {
+static long deferred_case(int bad, xent_verdict *verdict[2], float *loss_out, float *grad_out,
+                          xent_target_check mode, xent_status verdict_st[2]) {
   enum { ROWS = 6, V = 40, W0 = 23 };
   float h[ROWS * V];
   int64_t t[ROWS] = {0, 39, 22, 23, 5, -100};
@@ -298,7 +298,6 @@ static long deferred_case(int bad, xent_verdict *verdict, float *loss_out, float
   xent_output out = {loss, NULL, NULL, NULL, NULL};
   xent_exec ex = xent_exec_default();
   ex.backend = XENT_BACKEND_CUDA;
-  ex.verdict = verdict;
   const int64_t off[2] = {0, W0}, wid[2] = {W0, V - W0};
   long errs = 0;
   for (int p = 0; p < 2; p++) {
@@ -311,12 +310,14 @@ static long deferred_case(int bad, xent_verdict *verdict, float *loss_out, float
   }
   for (int p = 0; p < 2; p++) {
     xent_input in = {x + off[p], XENT_FLOAT32, ROWS, wid[p], V, dt, XENT_INT64, NULL};
+    ex.verdict = verdict[p]; /* each rank its own, as each process has */
     if (xent_vp_forward(&in, V, off[p], &opt, gat, 2, &out, 1, &ex)) {
       fprintf(stderr, "  deferred forward rank %d: %s\n", p, xent_last_error());
       errs++;
     }
   }
-  *verdict_st = mode == XENT_TARGETS_DEFERRED ? xent_verdict_wait(verdict) : XENT_OK;
+  for (int p = 1; p >= 0; p--) /* rank 0's message last, for xent_last_error() */
+    verdict_st[p] = mode == XENT_TARGETS_DEFERRED ? xent_verdict_wait(verdict[p]) : XENT_OK;
   cudaMemcpy(loss_out, loss, 4, cudaMemcpyDeviceToHost);
   cudaMemcpy(grad_out, x, sizeof h, cudaMemcpyDeviceToHost);
   cudaFree(x);
@@ -332,19 +333,22 @@ static void test_cuda_vp_deferred(void **state) {
   (void)state;
   if (!have_gpu()) skip();
 #ifdef XENT_TEST_HAVE_CUDA
-  xent_verdict *v = NULL;
-  assert_int_equal(xent_verdict_create(&v), XENT_OK);
+  xent_verdict *v[2] = {NULL, NULL};
+  assert_int_equal(xent_verdict_create(&v[0]), XENT_OK);
+  assert_int_equal(xent_verdict_create(&v[1]), XENT_OK);
   float la, lb, ga[240], gb[240];
-  xent_status sa, sb;
+  xent_status sa[2], sb[2];
   /* good targets: the checked mode's bits */
-  assert_int_equal(deferred_case(0, v, &la, ga, XENT_TARGETS_CHECKED, &sa), 0);
-  assert_int_equal(deferred_case(0, v, &lb, gb, XENT_TARGETS_DEFERRED, &sb), 0);
-  assert_int_equal(sb, XENT_OK);
+  assert_int_equal(deferred_case(0, v, &la, ga, XENT_TARGETS_CHECKED, sa), 0);
+  assert_int_equal(deferred_case(0, v, &lb, gb, XENT_TARGETS_DEFERRED, sb), 0);
+  assert_int_equal(sb[0], XENT_OK);
+  assert_int_equal(sb[1], XENT_OK);
   assert_true(la == lb && la > 0.0f);
   assert_memory_equal(ga, gb, sizeof ga);
-  /* a bad target: queued without error, rejected on the device */
-  assert_int_equal(deferred_case(1, v, &lb, gb, XENT_TARGETS_DEFERRED, &sb), 0);
-  assert_int_equal(sb, XENT_ERROR_BAD_TARGET);
+  /* a bad target: queued without error, rejected on the device by every rank */
+  assert_int_equal(deferred_case(1, v, &lb, gb, XENT_TARGETS_DEFERRED, sb), 0);
+  assert_int_equal(sb[0], XENT_ERROR_BAD_TARGET);
+  assert_int_equal(sb[1], XENT_ERROR_BAD_TARGET);
   assert_true(xt_mentions(xent_last_error(), "3"));
   assert_true(lb != lb);
   for (int i = 0; i < 240; i++) assert_true(gb[i] == 0.0f);
@@ -368,7 +372,8 @@ static void test_cuda_vp_deferred(void **state) {
   cudaFree(x);
   cudaFree(rec);
   cudaFree(dt);
-  xent_verdict_destroy(v);
+  xent_verdict_destroy(v[0]);
+  xent_verdict_destroy(v[1]);
 #endif
 }
 
