@@ -627,6 +627,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.xent_lib:
         os.environ["XENT_LIBRARY"] = os.path.abspath(args.xent_lib)
+    # torch.compile in this process, not in a pool of compile workers: the
+    # pool's workers start (and compile) in the background, and the host-bound
+    # steps timed next ran up to 2.5x slow beside them (bench/HISTORY.md v26).
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     try:
         import torch
     except ImportError:

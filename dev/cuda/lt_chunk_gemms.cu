@@ -1,0 +1,189 @@
+/*
+ * lt_chunk_gemms.cu - the fused linear loss's three products per chunk of
+ * rows, timed alone for each algorithm cuBLASLt's heuristic offers: is the
+ * gap between the chunked step and the three whole products the products'
+ * own cost at a chunk's shape (the weight gradient's read-modify-write of
+ * all of dW per chunk), and does another algorithm hide it?
+ *
+ *   dev-lt_chunk_gemms [BT H V]    (default 8192 4096 128256, bf16)
+ *
+ * For each chunk size: per product, the heuristic's first algorithm and the
+ * fastest of up to 8 it returns (ms per chunk, TFLOP/s, its tile and
+ * split-K), and the step the chunks add up to against the whole products.
+ * The products are the library's (src/cuda/linear.cu, column-major terms):
+ *   logits  Z^T (V x n)  = W (V x H)^T-view  X_c^T        m=V n=n k=H, A transposed
+ *   dX      dX_c^T (H x n) = W^T-view G^T                  m=H n=n k=V
+ *   dW      dW^T (H x V) += X_c^T G                        m=H n=V k=n, B transposed
+ */
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CK(x)                                                                     \
+  do {                                                                            \
+    cudaError_t e_ = (x);                                                         \
+    if (e_ != cudaSuccess) {                                                      \
+      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      exit(1);                                                                    \
+    }                                                                             \
+  } while (0)
+#define LK(x)                                                               \
+  do {                                                                      \
+    cublasStatus_t s_ = (x);                                                \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                      \
+      fprintf(stderr, "%s:%d cublasLt status %d\n", __FILE__, __LINE__, (int)s_); \
+      exit(1);                                                              \
+    }                                                                       \
+  } while (0)
+
+static cublasLtHandle_t g_h;
+static void *g_ws;
+static const size_t kWs = 64u << 20;
+
+struct gemm {
+  bool ta, tb;
+  long m, n, k, lda, ldb, ldd;
+  const void *a, *b;
+  void *d;
+  float beta;
+};
+
+struct timed {
+  float first_ms, best_ms;
+  int best_i, count;
+  char best_desc[96];
+};
+
+static void describe(const cublasLtMatmulAlgo_t *algo, char *out, size_t n) {
+  int tile = 0, splitk = 0, stages = 0, id = 0;
+  size_t w = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                       sizeof splitk, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                       sizeof stages, &w);
+  snprintf(out, n, "algo %d tile %d stages %d splitK %d", id, tile, stages, splitk);
+}
+
+static timed run(const gemm &g, int reps) {
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, ld;
+  LK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const int32_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  LK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda));
+  LK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb));
+  LK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, g.m, g.n, g.ldd));
+  cublasLtMatmulPreference_t pref;
+  LK(cublasLtMatmulPreferenceCreate(&pref));
+  LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWs,
+                                          sizeof kWs));
+  cublasLtMatmulHeuristicResult_t r[8];
+  int found = 0;
+  LK(cublasLtMatmulAlgoGetHeuristic(g_h, desc, la, lb, ld, ld, pref, 8, r, &found));
+  timed t;
+  memset(&t, 0, sizeof t);
+  t.count = found;
+  t.best_ms = 1e30f;
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  const float alpha = 1.0f;
+  for (int i = 0; i < found; i++) {
+    float ms[16];
+    bool ok = true;
+    for (int rep = 0; rep < reps + 2 && ok; rep++) {
+      CK(cudaEventRecord(e0));
+      ok = cublasLtMatmul(g_h, desc, &alpha, g.a, la, g.b, lb, &g.beta, g.d, ld, g.d, ld,
+                          &r[i].algo, g_ws, kWs, 0) == CUBLAS_STATUS_SUCCESS;
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      if (rep >= 2) CK(cudaEventElapsedTime(&ms[rep - 2], e0, e1));
+    }
+    if (!ok) continue;
+    /* median */
+    for (int a = 0; a < reps; a++)
+      for (int b = a + 1; b < reps; b++)
+        if (ms[b] < ms[a]) {
+          float x = ms[a];
+          ms[a] = ms[b];
+          ms[b] = x;
+        }
+    const float med = ms[reps / 2];
+    if (i == 0) t.first_ms = med;
+    if (med < t.best_ms) {
+      t.best_ms = med;
+      t.best_i = i;
+      describe(&r[i].algo, t.best_desc, sizeof t.best_desc);
+    }
+  }
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulDescDestroy(desc);
+  return t;
+}
+
+int main(int argc, char **argv) {
+  long BT = 8192, H = 4096, V = 128256;
+  if (argc == 4) {
+    BT = atol(argv[1]);
+    H = atol(argv[2]);
+    V = atol(argv[3]);
+  }
+  LK(cublasLtCreate(&g_h));
+  CK(cudaMalloc(&g_ws, kWs));
+  const long Vs = (V + 7) / 8 * 8; /* the chunk's row stride, as the library pads it */
+  __nv_bfloat16 *X, *W, *Z, *dX, *dW;
+  CK(cudaMalloc((void **)&X, (size_t)BT * H * 2));
+  CK(cudaMalloc((void **)&W, (size_t)V * H * 2));
+  CK(cudaMalloc((void **)&Z, (size_t)BT * Vs * 2));
+  CK(cudaMalloc((void **)&dX, (size_t)BT * H * 2));
+  CK(cudaMalloc((void **)&dW, (size_t)V * H * 2));
+  /* small values: no infinities in the products */
+  CK(cudaMemset(X, 0x3c, (size_t)BT * H * 2));
+  CK(cudaMemset(W, 0x3c, (size_t)V * H * 2));
+  CK(cudaMemset(Z, 0x3c, (size_t)BT * Vs * 2));
+  CK(cudaMemset(dW, 0, (size_t)V * H * 2));
+  printf("lt_chunk_gemms BT=%ld H=%ld V=%ld bf16, fp32 accumulation, workspace %zu MiB\n", BT, H,
+         V, kWs >> 20);
+  const long chunks[] = {456, 1024, 2048, 4096, 8192};
+  double whole_first = 0, whole_best = 0;
+  for (int ci = 0; ci < 5; ci++) {
+    const long n = chunks[ci] < BT ? chunks[ci] : BT;
+    const long count = (BT + n - 1) / n;
+    const gemm gs[3] = {
+        {true, false, V, n, H, H, H, Vs, W, X, Z, 0.0f},
+        {false, false, H, n, V, H, Vs, H, W, Z, dX, 0.0f},
+        {false, true, H, V, n, H, Vs, H, X, Z, dW, 1.0f},
+    };
+    const char *names[3] = {"logits", "dX", "dW"};
+    double step_first = 0, step_best = 0;
+    printf("\nchunk %ld rows (%ld chunks)\n", n, count);
+    for (int k = 0; k < 3; k++) {
+      const timed t = run(gs[k], 7);
+      const double flop = 2.0 * (double)gs[k].m * gs[k].n * gs[k].k;
+      printf("  %-6s first %.4f ms (%.0f TF/s)  best of %d %.4f ms (%.0f TF/s, #%d: %s)\n",
+             names[k], t.first_ms, flop / t.first_ms / 1e9, t.count, t.best_ms,
+             flop / t.best_ms / 1e9, t.best_i, t.best_desc);
+      step_first += t.first_ms * count;
+      step_best += t.best_ms * count;
+    }
+    printf("  step over %ld chunks: %.2f ms (heuristic's first), %.2f ms (best)\n", count,
+           step_first, step_best);
+    if (n == BT) {
+      whole_first = step_first;
+      whole_best = step_best;
+    }
+  }
+  printf("\nwhole products (one chunk): %.2f ms first, %.2f ms best\n", whole_first, whole_best);
+  return 0;
+}
