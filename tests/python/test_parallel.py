@@ -136,6 +136,39 @@ def _worker(rank, world, path, v, results, device="cpu"):
         (got * 2.0).backward()
         out["fused"] = {"loss": (got.detach(), ref.detach()),
                         "dx": (hs.grad, 2 * hf.grad), "dw": (Ws.grad, 2 * Wf.grad[sl])}
+        # the collectives of a forward and its backward, and the bytes each moves
+        moved = []
+        originals = {n: getattr(dist, n) for n in ("all_gather", "all_gather_into_tensor",
+                                                   "all_reduce")}
+
+        def counting(name):
+            def call(*a, **k):
+                sent = a[0] if name == "all_reduce" else a[1]
+                r = originals[name](*a, **k)  # counted once it has run (a fallback retries)
+                moved.append(sent.numel() * sent.element_size())
+                return r
+            return call
+
+        x, t, _ = inputs(0)
+        for n in originals:
+            setattr(dist, n, counting(n))
+        try:
+            s = x[:, sl].clone().requires_grad_()
+            xp.vocab_parallel_cross_entropy(s, t, label_smoothing=0.1,
+                                            lse_square_scale=1e-4).backward()
+            checked = list(moved)
+            moved.clear()
+            xp.vocab_parallel_cross_entropy(x[:, sl].clone().requires_grad_(), t,
+                                            label_smoothing=0.1, validate=False).backward()
+            one = list(moved)
+            moved.clear()
+            xp.vocab_parallel_cross_entropy(x[:, sl].clone(), t, validate=False,
+                                            return_token_accuracy=True)
+            wide = list(moved)
+        finally:
+            for n, f in originals.items():
+                setattr(dist, n, f)
+        out["collectives"] = {"checked": checked, "one": one, "wide": wide, "rows": x.shape[0]}
         # errors: each raised on every rank, no rank left waiting
         errs = {}
         x, t, _ = inputs(0)
@@ -279,6 +312,14 @@ def test_nccl_one_rank_no_sync():
 def _check_ranks(outs):
     for r, out in enumerate(outs):
         assert "exception" not in out, f"rank {r}:\n{out.get('exception')}"
+        if "collectives" in out:
+            # validated: the layout's 4 integers, then 16 bytes a row; once validated, the
+            # records alone (32 bytes a row with accuracy); nothing in the backward
+            c = out.pop("collectives")
+            n = c["rows"]
+            assert c["checked"] == [32, 16 * n], c
+            assert c["one"] == [16 * n], c
+            assert c["wide"] == [32 * n], c
         for name, res in out.items():
             if name == "errors":
                 for what, msg in res.items():
