@@ -30,6 +30,20 @@ xent_status xent_check_layout(const char *name, const char *stride_name, const c
   return XENT_OK;
 }
 
+xent_status xent_check_cuda_exec(const xent_exec *ex, int64_t rows, int needs_verdict) {
+  if (needs_verdict && !ex->verdict)
+    return xent_fail(XENT_ERROR_NULL_POINTER,
+                     "exec->verdict is NULL; XENT_TARGETS_DEFERRED on the CUDA backend needs a "
+                     "xent_verdict");
+  if (ex->workspace && !xent_aligned(ex->workspace, 256))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "workspace is not 256-byte aligned");
+  if (ex->workspace && ex->workspace_bytes < xent_workspace_size(rows))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "workspace_bytes is %zu; %lld rows need xent_workspace_size() = %zu",
+                     ex->workspace_bytes, (long long)rows, xent_workspace_size(rows));
+  return XENT_OK;
+}
+
 xent_status xent_check_matrix(const char *name, const void *p, xent_dtype dtype, int64_t rows,
                               int64_t vocab, int64_t *stride) {
   if (xent_dtype_size(dtype) == 0)

@@ -19,6 +19,11 @@ xent_status xent_check_layout(const char *name, const char *stride_name, const c
                               const void *p, xent_dtype dtype, int64_t rows, int64_t cols,
                               int64_t *stride, int required);
 
+/* What a CUDA cross-entropy call needs of exec beyond its pointers: a
+ * verdict where `needs_verdict` (XENT_TARGETS_DEFERRED), and a caller's
+ * workspace 256-byte aligned and of xent_workspace_size(rows) bytes. */
+xent_status xent_check_cuda_exec(const xent_exec *ex, int64_t rows, int needs_verdict);
+
 /* Shape, stride and extent of a rows x vocab matrix of `dtype` named `name`;
  * *stride is normalised (0 becomes vocab). */
 xent_status xent_check_matrix(const char *name, const void *p, xent_dtype dtype, int64_t rows,

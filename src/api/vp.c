@@ -75,18 +75,8 @@ static xent_status vp_resolve(xent_vp_call *v, const float *records, const char 
                                    c->opt.ignore_index, c->in.weights, "weights");
   /* Deferred mode: step 3 checks on the device and leaves the verdict;
    * step 1 checks nothing (its bad rows' records are zeros). */
-  if (forward && c->opt.target_check == XENT_TARGETS_DEFERRED && !c->ex.verdict)
-    return xent_fail(XENT_ERROR_NULL_POINTER,
-                     "exec->verdict is NULL; XENT_TARGETS_DEFERRED on the CUDA backend needs a "
-                     "xent_verdict");
-  if (c->ex.workspace && !xent_aligned(c->ex.workspace, 256))
-    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "workspace is not 256-byte aligned");
-  if (c->ex.workspace && c->ex.workspace_bytes < xent_workspace_size(c->in.rows))
-    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
-                     "workspace_bytes is %zu; %lld rows need xent_workspace_size() = %zu",
-                     c->ex.workspace_bytes, (long long)c->in.rows,
-                     xent_workspace_size(c->in.rows));
-  return XENT_OK;
+  return xent_check_cuda_exec(&c->ex, c->in.rows,
+                              forward && c->opt.target_check == XENT_TARGETS_DEFERRED);
 }
 
 xent_status xent_vp_stats(const xent_input *in, int64_t vocab, int64_t offset,

@@ -109,16 +109,9 @@ static xent_status forward_common(const xent_input *in, const xent_options *opt,
       return st;
     return xent_cpu_forward(&c);
   }
-  if (opt->target_check == XENT_TARGETS_DEFERRED && !exec->verdict)
-    return xent_fail(XENT_ERROR_NULL_POINTER,
-                     "exec->verdict is NULL; XENT_TARGETS_DEFERRED on the CUDA backend needs a "
-                     "xent_verdict");
-  if (c.ex.workspace && !xent_aligned(c.ex.workspace, 256))
-    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "workspace is not 256-byte aligned");
-  if (c.ex.workspace && c.ex.workspace_bytes < xent_workspace_size(in->rows))
-    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
-                     "workspace_bytes is %zu; %lld rows need xent_workspace_size() = %zu",
-                     c.ex.workspace_bytes, (long long)in->rows, xent_workspace_size(in->rows));
+  if ((st = xent_check_cuda_exec(&c.ex, in->rows,
+                                  opt->target_check == XENT_TARGETS_DEFERRED)))
+    return st;
   return xent_cuda_forward(&c);
 }
 
