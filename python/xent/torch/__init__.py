@@ -95,7 +95,7 @@ from . import _verdicts
 from ._verdicts import check_pending
 from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _alloc_outputs,
                       _check_options, _exec_for, _extras, _f32, _options_for, _ptr, _row_stride,
-                      _run_backward)
+                      _run_backward, _target_check)
 
 __all__ = [
     "CrossEntropyLoss",
@@ -387,12 +387,7 @@ def _cross_entropy(input, target, weight, ignore_index, red, label_smoothing,
             w = w.to(device=dev, dtype=_f32).contiguous()
     cap = None if softcap is None else float(softcap)
     grad = input.requires_grad and torch.is_grad_enabled()
-    if not check_targets:
-        check = _lib.XENT_TARGETS_UNCHECKED
-    elif grad and red != _NONE and x.is_cuda:
-        check = _lib.XENT_TARGETS_DEFERRED  # waited for in the backward
-    else:
-        check = _lib.XENT_TARGETS_CHECKED
+    check = _target_check(check_targets, grad, red, x.is_cuda)
     args = (t, w, red, int(ignore_index), float(label_smoothing), float(lse_square_scale),
             cap, check, True, bool(return_z_loss), bool(return_token_accuracy),
             bool(return_predicted_tokens))

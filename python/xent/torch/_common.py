@@ -118,6 +118,18 @@ def _check_options(label_smoothing, softcap, reduction) -> int:
                                 f"{reduction!r}") from None
 
 
+def _target_check(check_targets: bool, grad: bool, reduction: int, is_cuda: bool) -> int:
+    """The C target-check mode of a loss: unchecked when asked; deferred for
+    a CUDA loss that requires grad with mean or sum (checked on the device,
+    the verdict read late: _verdicts); checked (raising in the forward)
+    otherwise."""
+    if not check_targets:
+        return _lib.XENT_TARGETS_UNCHECKED
+    if grad and reduction != _NONE and is_cuda:
+        return _lib.XENT_TARGETS_DEFERRED
+    return _lib.XENT_TARGETS_CHECKED
+
+
 def _alloc_outputs(n: int, reduction: int, want_z: bool, want_acc: bool, want_pred: bool,
                    device):
     """The fp32 loss and the optional outputs a call was asked for (None for

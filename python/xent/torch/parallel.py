@@ -62,7 +62,7 @@ from .._lib import XentValueError
 from . import _verdicts
 from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _alloc_outputs,
                       _check_options, _exec_for, _extras, _f32, _options_for, _ptr,
-                      _row_stride, _run_backward)
+                      _row_stride, _run_backward, _target_check)
 
 __all__ = ["vocab_parallel_cross_entropy", "megatron_vocab_parallel_cross_entropy",
            "vocab_parallel_fused_linear_cross_entropy", "VocabParallelCrossEntropyLoss"]
@@ -268,12 +268,7 @@ def vocab_parallel_cross_entropy(
                              f"{tuple(weight.shape)}")
         w = weight.to(device=x.device, dtype=_f32).contiguous()
     grad = x.requires_grad and torch.is_grad_enabled()
-    if not check_targets:
-        check = _lib.XENT_TARGETS_UNCHECKED
-    elif grad and red != _NONE and x.is_cuda:
-        check = _lib.XENT_TARGETS_DEFERRED  # read in the backward or later
-    else:
-        check = _lib.XENT_TARGETS_CHECKED
+    check = _target_check(check_targets, grad, red, x.is_cuda)
     cap = None if softcap is None else float(softcap)
     args = (t, w, layout, red, int(ignore_index), float(label_smoothing), float(lse_square_scale),
             cap, check, bool(return_z_loss), bool(return_token_accuracy),
