@@ -168,6 +168,68 @@ def test_auxiliary_outputs_are_not_differentiable(rng, device):
 
 
 # ---------------------------------------------------------------------------
+# The eager step's lean path (2-D logits, 1-D targets, no weights, no extra
+# outputs) against the general one
+# ---------------------------------------------------------------------------
+
+
+def _path(loss):
+    """The autograd.Function that made `loss` (past the view of "none")."""
+    fn = loss.grad_fn
+    while type(fn).__name__.startswith("View"):
+        fn = fn.next_functions[0][0]
+    return type(fn).__name__
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("device", DEVICES)
+def test_lean_step_matches_the_general_path(rng, device, dtype_name, reduction):
+    """The common call takes the lean path, and gives what the general path
+    (the same call on (1, N, V) logits) gives, bit for bit, loss and gradient,
+    both against the float64 reference; the upstream gradient is not 1."""
+    x32 = make_logits(rng, 45, 1001)
+    y = make_targets(rng, x32, ignore_index=-100)
+    yt = torch.from_numpy(y).to(device)
+    ref = cross_entropy_ref(f64(tensor(x32, DTYPES[dtype_name], "cpu")), y,
+                            reduction=reduction, softcap=12.0, label_smoothing=0.05)
+    got = {}
+    for name in ("lean", "general"):
+        x = tensor(x32, DTYPES[dtype_name], device).requires_grad_()
+        inp = x if name == "lean" else x.view(1, *x.shape)
+        t = yt if name == "lean" else yt.view(1, -1)
+        loss = xt.cross_entropy(inp, t, reduction=reduction, softcap=12.0,
+                                label_smoothing=0.05)
+        assert _path(loss) == ("_StepFunctionBackward" if name == "lean"
+                               else "_CrossEntropyFunctionBackward"), _path(loss)
+        up = torch.full(loss.shape, -1.5, dtype=loss.dtype, device=device)
+        loss.backward(up)
+        got[name] = (loss.detach().reshape(-1).float().cpu(), x.grad.float().cpu())
+        assert loss.dtype == x.dtype
+        assert_close(f64(got[name][0]), np.asarray(ref["loss"]).reshape(-1),
+                     tol(dtype_name, "loss"), f"{name} loss")
+        assert_close(f64(x.grad), -1.5 * ref["grad"], tol(dtype_name, "grad_scaled"),
+                     f"{name} gradient")
+    assert torch.equal(got["lean"][0], got["general"][0])
+    assert torch.equal(got["lean"][1], got["general"][1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_other_calls_take_the_general_path(rng, device):
+    """Weights, extra outputs, no grad, a 3-D shape or a strided target: the
+    general path, which handles them."""
+    x, x64, yt, y = _case(rng, device, "float32", n=8, v=50)
+    w = torch.ones(50, device=device)
+    assert _path(xt.cross_entropy(x.clone(), yt, weight=w)) == "_CrossEntropyFunctionBackward"
+    out = xt.cross_entropy(x.clone(), yt, return_z_loss=True)
+    assert _path(out.loss) == "_CrossEntropyFunctionBackward"
+    y2 = torch.stack([yt, yt], 1)[:, 0]  # stride 2
+    assert _path(xt.cross_entropy(x.clone(), y2)) == "_CrossEntropyFunctionBackward"
+    with torch.no_grad():
+        assert xt.cross_entropy(x, yt).grad_fn is None
+
+
+# ---------------------------------------------------------------------------
 # Backward more than once (retain_graph) and higher order
 # ---------------------------------------------------------------------------
 
