@@ -35,8 +35,14 @@ def parse_args(argv=None):
     ap.add_argument("--mode", choices=("full", "forward", "forward_nograd"), default="full")
     ap.add_argument("--iters", type=int, default=200, help="timed steps (default 200)")
     ap.add_argument("--warmup", type=int, default=30, help="untimed steps first (default 30)")
-    ap.add_argument("--providers", default="xent,xent_unchecked,liger_triton,torch",
-                    help="comma-separated: xent, xent_unchecked, liger_triton, torch")
+    ap.add_argument("--providers", default="xent,xent_unchecked,xent_general,liger_triton,torch",
+                    help="comma-separated: xent, xent_unchecked, xent_general (the binding's "
+                         "general path: the same call on (1, BT, V) logits), liger_triton, "
+                         "torch")
+    ap.add_argument("--rounds", type=int, default=4,
+                    help="the timed steps are split into this many rounds, every provider "
+                         "once a round, so that a drift of the host's pace reaches every "
+                         "provider alike (default 4)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also print the N functions with most own time in xent's step")
     ap.add_argument("--parts", action="store_true",
@@ -53,7 +59,7 @@ def quantiles(xs):
     return q(0.5), q(0.2), q(0.8)
 
 
-PROVIDERS = ("xent", "xent_unchecked", "liger_triton", "torch")
+PROVIDERS = ("xent", "xent_unchecked", "xent_general", "liger_triton", "torch")
 
 
 def parts(torch, x, y, dt, iters):
@@ -91,7 +97,34 @@ def parts(torch, x, y, dt, iters):
         v = _verdicts.take((y, None))
         _run_forward(g, *base, _lib.XENT_TARGETS_DEFERRED, *flags, grad=True, verdict=v)
 
+    # The C calls alone, from structures built once (what ctypes and the C
+    # library's host side cost, launches included).
+    import ctypes
+    n, v = g.shape
+    loss32 = torch.empty((), dtype=torch.float32, device=dev)
+    inp = _lib.XentInput(g.data_ptr(), _common._DTYPES[g.dtype], n, v, v, y.data_ptr(),
+                         _common._TARGET_TYPES[y.dtype], None)
+    opt = _common._options_for((_lib.XENT_REDUCTION_MEAN, -100, 0.0, 0.0, None,
+                                _lib.XENT_TARGETS_UNCHECKED, True))
+    out = _lib.XentOutput(loss32.data_ptr(), None, None, None, None)
+    ex = _lib.XentExec()
+    ex.backend, ex.device = _lib.XENT_BACKEND_CUDA, dev.index or 0
+    ex.stream = torch.cuda.current_stream(dev).cuda_stream
+    C = _lib.lib()
+    refs = [ctypes.byref(a) for a in (inp, opt, out, ex)]
+    one = torch.ones((), dtype=torch.float32, device=dev)
+    leaf = torch.ones((), dtype=torch.float32, device=dev, requires_grad=True)
+
+    def engine_floor():
+        leaf.grad = None
+        (leaf * 1.0).backward()
+
     pieces = [
+        ("C xent_forward_grad alone", lambda: C.xent_forward_grad(*refs)),
+        ("C xent_backward alone", lambda: C.xent_backward(g.data_ptr(), inp.dtype, n, v, v,
+                                                         one.data_ptr(), 1, refs[3])),
+        ("bf16 0-d .float()", lambda: loss16.float()),
+        ("(leaf * 1).backward()", engine_floor),
         ("torch.empty((), f32)", lambda: torch.empty((), dtype=torch.float32, device=dev)),
         ("torch.ones(1, f32)", lambda: torch.ones(1, dtype=torch.float32, device=dev)),
         ("loss.to(logits dtype)", lambda: loss16.to(torch.float32)),
@@ -149,6 +182,12 @@ def main(argv=None) -> int:
         if name in ("xent", "xent_unchecked"):
             import xent.torch as xt
             fns[name] = functools.partial(xt.cross_entropy, check_targets=name == "xent")
+        elif name == "xent_general":
+            import xent.torch as xt
+
+            def general(a, b, xt=xt):
+                return xt.cross_entropy(a.view(1, *a.shape), b.view(1, -1))
+            fns[name] = general
         elif name == "liger_triton":
             try:
                 from liger_kernel.transformers.functional import liger_cross_entropy
@@ -170,19 +209,24 @@ def main(argv=None) -> int:
         return loss
 
     print(f"host time per step, {args.mode}, BT={args.bt} V={args.vocab} {args.dtype}, "
-          f"{args.iters} steps after {args.warmup}; {torch.cuda.get_device_name(dev)}")
+          f"{args.iters} steps after {args.warmup}, in {max(1, min(args.rounds, args.iters))} "
+          f"rounds; {torch.cuda.get_device_name(dev)}")
     print(f"{'provider':<16}{'host us':>10}{'p20':>9}{'p80':>9}{'GPU us':>10}  bound")
     x.requires_grad_(args.mode != "forward_nograd")
+    rounds = max(1, min(args.rounds, args.iters))
+    host = {name: [] for name in fns}
+    for r in range(rounds):
+        per_round = args.iters // rounds + (r < args.iters % rounds)
+        for name, fn in fns.items():
+            for _ in range(args.warmup if r == 0 else 5):
+                step(fn)
+            torch.cuda.synchronize()
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                step(fn)
+                host[name].append((time.perf_counter() - t0) * 1e6)
+            torch.cuda.synchronize()
     for name, fn in fns.items():
-        for _ in range(args.warmup):
-            step(fn)
-        torch.cuda.synchronize()
-        host = []
-        for _ in range(args.iters):
-            t0 = time.perf_counter()
-            step(fn)
-            host.append((time.perf_counter() - t0) * 1e6)
-        torch.cuda.synchronize()
         # GPU time: the same steps queued behind a long sleep, so that the host
         # is ahead and the events time the GPU alone. A provider that waits for
         # the device inside its step (xent's checked mode, the peer's host
@@ -196,7 +240,7 @@ def main(argv=None) -> int:
         e.record()
         torch.cuda.synchronize()
         gpu = s.elapsed_time(e) * 1e3 / n
-        med, p20, p80 = quantiles(host)
+        med, p20, p80 = quantiles(host[name])
         bound = "host" if med > gpu else "GPU"
         print(f"{name:<16}{med:>10.1f}{p20:>9.1f}{p80:>9.1f}{gpu:>10.1f}  {bound}")
     if args.parts:

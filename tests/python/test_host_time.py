@@ -48,14 +48,15 @@ def test_without_a_gpu_it_says_what_is_missing(capsys):
 @pytest.mark.parametrize("mode", ["full", "forward_nograd"])
 def test_small_run_prints_a_row_per_provider(capsys, mode):
     argv = ["--bt", "64", "--vocab", "1000", "--dtype", "bf16", "--mode", mode, "--iters", "12",
-            "--warmup", "3", "--providers", "xent,xent_unchecked,torch"]
+            "--warmup", "3", "--rounds", "3",
+            "--providers", "xent,xent_unchecked,xent_general,torch"]
     assert host_time.main(argv) == 0
     rows = {}
     for line in capsys.readouterr().out.splitlines():
         parts = line.split()
-        if parts and parts[0] in ("xent", "xent_unchecked", "torch"):
+        if parts and parts[0] in ("xent", "xent_unchecked", "xent_general", "torch"):
             rows[parts[0]] = parts
-    assert set(rows) == {"xent", "xent_unchecked", "torch"}
+    assert set(rows) == {"xent", "xent_unchecked", "xent_general", "torch"}
     for name, parts in rows.items():
         host, p20, p80, gpu = (float(v) for v in parts[1:5])
         assert 0.0 < p20 <= host <= p80, (name, parts)
@@ -70,6 +71,6 @@ def test_parts_prints_every_piece(capsys):
     assert host_time.main(argv) == 0
     out = capsys.readouterr().out.split("parts of xent's step")[1]
     lines = [ln for ln in out.splitlines()[1:] if ln.strip()]
-    assert len(lines) == 10
+    assert len(lines) == 14
     for ln in lines:
         assert float(ln.split()[-1]) > 0.0, ln
