@@ -7,6 +7,7 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
+#include "common/workspace.h"
 #include "cuda/cuda.h"
 
 int xent_aligned(const void *p, size_t alignment) { return ((uintptr_t)p % alignment) == 0; }
@@ -37,10 +38,10 @@ xent_status xent_check_cuda_exec(const xent_exec *ex, int64_t rows, int needs_ve
                      "xent_verdict");
   if (ex->workspace && !xent_aligned(ex->workspace, 256))
     return xent_fail(XENT_ERROR_BAD_ARGUMENT, "workspace is not 256-byte aligned");
-  if (ex->workspace && ex->workspace_bytes < xent_workspace_size(rows))
+  if (ex->workspace && ex->workspace_bytes < xent_ws_bytes(rows))
     return xent_fail(XENT_ERROR_BAD_ARGUMENT,
                      "workspace_bytes is %zu; %lld rows need xent_workspace_size() = %zu",
-                     ex->workspace_bytes, (long long)rows, xent_workspace_size(rows));
+                     ex->workspace_bytes, (long long)rows, xent_ws_bytes(rows));
   return XENT_OK;
 }
 
