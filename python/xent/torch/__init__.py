@@ -130,18 +130,58 @@ def _run_forward(logits, targets, weight, reduction, ignore_index, label_smoothi
     the optional outputs that were asked for (None for the others). `check`:
     an XENT_TARGETS_* code; DEFERRED leaves the verdict in `verdict`.
     """
-    n, v = logits.shape
-    loss, z, acc, pred = _alloc_outputs(n, reduction, want_z, want_acc, want_pred,
-                                        logits.device)
-    ptr = _ptr
-    inp = _lib.XentInput(ptr(logits), _DTYPES[logits.dtype], n, v, _row_stride(logits),
-                         ptr(targets), _TARGET_TYPES[targets.dtype], ptr(weight))
+    loss, z, acc, pred = _alloc_outputs(logits.shape[0], reduction, want_z, want_acc,
+                                        want_pred, logits.device)
     opt = _options_for((reduction, ignore_index, label_smoothing, lse_square_scale, softcap,
                         check, empty_zero))
-    out = _lib.XentOutput(ptr(loss), ptr(z), ptr(acc), ptr(pred), None)
-    # CUDA: the workspace the C library takes stream-ordered for the call.
-    _lib.forward(inp, opt, out, _exec_for(logits, verdict), grad)
+    _c_forward(logits, targets, weight, opt, loss, z, acc, pred, grad, verdict)
     return loss, z, acc, pred
+
+
+class _Calls:
+    """One thread's C structures for the forward calls, and the entry points:
+    filled field by field for each call (building them afresh costs host time
+    that is a visible part of a small step: bench/host_time.py)."""
+
+    __slots__ = ("inp", "out", "inp_ref", "out_ref", "forward", "forward_grad")
+
+    def __init__(self):
+        self.inp = _lib.XentInput()
+        self.out = _lib.XentOutput()
+        self.inp_ref = ctypes.byref(self.inp)
+        self.out_ref = ctypes.byref(self.out)
+        self.forward = _lib.lib().xent_forward
+        self.forward_grad = _lib.lib().xent_forward_grad
+
+
+_calls_local = threading.local()
+
+
+def _c_forward(logits, targets, weight, opt, loss, z, acc, pred, grad, verdict):
+    """xent_forward (grad False) or xent_forward_grad on tensors: the fp32
+    outputs given (None for those not asked for); raises on error. CUDA: the
+    workspace the C library takes stream-ordered for the call."""
+    c = getattr(_calls_local, "calls", None)
+    if c is None:
+        c = _calls_local.calls = _Calls()
+    n, v = logits.shape
+    inp, out = c.inp, c.out
+    inp.logits = _ptr(logits)
+    inp.dtype = _DTYPES[logits.dtype]
+    inp.rows = n
+    inp.vocab = v
+    inp.row_stride = _row_stride(logits)
+    inp.targets = _ptr(targets)
+    inp.target_type = _TARGET_TYPES[targets.dtype]
+    inp.weights = _ptr(weight)
+    out.loss = _ptr(loss)
+    out.z_loss = _ptr(z)
+    out.token_accuracy = _ptr(acc)
+    out.predicted = _ptr(pred)
+    status = (c.forward_grad if grad else c.forward)(
+        c.inp_ref, ctypes.byref(opt), c.out_ref, ctypes.byref(_exec_for(logits, verdict)))
+    if status:
+        _lib.check(status)
 
 
 # ---------------------------------------------------------------------------
@@ -285,12 +325,7 @@ class _CrossEntropyFunction(torch.autograd.Function):
         if torch.compiler.is_compiling():
             torch.ops.xent.backward_(grad, grad_loss, saved[1])
             return (grad,) + _NO_GRADS
-        if ctx.verdict is not None:
-            # The forward's deferred target check, read if the device is past
-            # it (a bad target raises here, before the gradient is returned;
-            # otherwise later, and the gradient is zero: _verdicts).
-            ctx.verdict = None
-            _verdicts.settle(block=False)
+        _verdicts.poll(ctx)
         # The implementation itself: the operator's dispatcher would bump the
         # saved gradient's version counter (and a second backward through the
         # same graph would fail autograd's saved-tensor check).
@@ -301,30 +336,17 @@ class _CrossEntropyFunction(torch.autograd.Function):
 class _StepFunction(torch.autograd.Function):
     """The eager training step's loss (the common case: 2-D logits that
     require grad, 1-D targets, no class weights, no extra outputs): what
-    _CrossEntropyFunction does for it, with the C calls made from
-    structures kept per thread. At BT = 1024 the step's GPU time is about
+    _CrossEntropyFunction does for it, with fewer arguments, allocations and
+    checks between the C calls. At BT = 1024 the step's GPU time is about
     0.2 ms, so each microsecond of Python here is a visible part of it
     (bench/host_time.py)."""
 
     @staticmethod
     def forward(ctx, logits, targets, options, verdict):
-        n, v = logits.shape
         # (new_empty: half the host time of torch.empty with a device)
-        loss = logits.new_empty(() if options.reduction != _NONE else (n,), dtype=_f32)
-        c = _step_calls()
-        inp, out = c.inp, c.out
-        inp.logits = logits.data_ptr()
-        inp.dtype = _DTYPES[logits.dtype]
-        inp.rows = n
-        inp.vocab = v
-        inp.row_stride = logits.stride(0) if n > 1 else 0
-        inp.targets = targets.data_ptr() if n > 0 else None
-        inp.target_type = _TARGET_TYPES[targets.dtype]
-        out.loss = loss.data_ptr()
-        ex = _exec_for(logits, verdict)
-        status = c.forward_grad(c.inp_ref, ctypes.byref(options), c.out_ref, ctypes.byref(ex))
-        if status:
-            _lib.check(status)
+        shape = () if options.reduction != _NONE else (logits.shape[0],)
+        loss = logits.new_empty(shape, dtype=_f32)
+        _c_forward(logits, targets, None, options, loss, None, None, None, True, verdict)
         ctx.verdict = verdict
         ctx.applied = None
         torch.autograd.graph.increment_version(logits)
@@ -334,49 +356,9 @@ class _StepFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss):
         grad, = ctx.saved_tensors
-        if ctx.verdict is not None:  # as in _CrossEntropyFunction.backward
-            ctx.verdict = None
-            _verdicts.settle(block=False)
-        n, v = grad.shape
-        if (ctx.applied is None and grad_loss.dtype != _f32 and grad_loss.numel() == 1
-                and n > 0 and grad_loss.device == grad.device):
-            # The first backward of a mean or sum with a 16-bit upstream
-            # gradient: what _run_backward does for it, the cast being the
-            # fresh fp32 tensor that the gradient's state keeps.
-            go = grad_loss.float()
-            status = _step_calls().backward(grad.data_ptr(), _DTYPES[grad.dtype], n, v,
-                                            grad.stride(0) if n > 1 else 0, go.data_ptr(),
-                                            1, ctypes.byref(_exec_for(grad)))
-            if status:
-                _lib.check(status)
-            ctx.applied = go
-        else:
-            ctx.applied = _run_backward(grad, grad_loss, ctx.applied)
+        _verdicts.poll(ctx)
+        ctx.applied = _run_backward(grad, grad_loss, ctx.applied)
         return grad, None, None, None
-
-
-class _StepCalls:
-    """One thread's C structures for _StepFunction, and the C entry point."""
-
-    __slots__ = ("inp", "out", "inp_ref", "out_ref", "forward_grad", "backward")
-
-    def __init__(self):
-        self.inp = _lib.XentInput()
-        self.out = _lib.XentOutput()
-        self.inp_ref = ctypes.byref(self.inp)
-        self.out_ref = ctypes.byref(self.out)
-        self.forward_grad = _lib.lib().xent_forward_grad
-        self.backward = _lib.lib().xent_backward
-
-
-_step_local = threading.local()
-
-
-def _step_calls() -> _StepCalls:
-    c = getattr(_step_local, "calls", None)
-    if c is None:
-        c = _step_local.calls = _StepCalls()
-    return c
 
 
 def _fast_step(x, t, red, ignore_index, label_smoothing, lse_square_scale, softcap,

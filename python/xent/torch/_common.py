@@ -169,10 +169,12 @@ def _run_backward(grad: Tensor, grad_output: Tensor, applied: Optional[Tensor]):
     pass on the device). Returns the upstream gradient grad holds now, in
     a tensor of its own (the caller may change grad_output later)."""
     n, v = grad.shape
+    # The C call reads go.numel() packed fp32 values: any shape will do.
     go = grad_output
-    if (go.dtype != _f32 or go.device != grad.device or not go.is_contiguous()
-            or go.dim() != 1):
-        go = go.to(device=grad.device, dtype=_f32).reshape(-1).contiguous()
+    if go.device != grad.device or not go.is_contiguous():
+        go = go.to(device=grad.device, dtype=_f32).contiguous()
+    elif go.dtype != _f32:
+        go = go.float()
     if applied is None:
         if n > 0:
             _lib.backward(grad.data_ptr(), _DTYPES[grad.dtype], n, v, _row_stride(grad),

@@ -65,6 +65,17 @@ def settle(block: bool, oldest: bool = False) -> None:
             return
 
 
+def poll(ctx) -> None:
+    """A backward's read of its forward's deferred check (`ctx.verdict`, a
+    Verdict or None, cleared here): the pending verdicts the device is past
+    are read, so a bad target raises before the gradient is returned when
+    the device has finished that forward; otherwise later, and the gradient
+    is zero."""
+    if ctx.verdict is not None:
+        ctx.verdict = None
+        settle(block=False)
+
+
 def check_pending() -> None:
     """Wait for the target checks of every CUDA loss computed so far and
     raise the first bad one's :class:`xent.XentValueError`.

@@ -195,9 +195,7 @@ class _VPFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, *rest):
         (g,) = ctx.saved_tensors
-        if ctx.verdict is not None:  # read if the device is past it (a bad target raises)
-            ctx.verdict = None
-            _verdicts.settle(block=False)
+        _verdicts.poll(ctx)
         ctx.applied = _run_backward(g, grad_loss, ctx.applied)
         return (g,) + (None,) * 13
 
