@@ -92,6 +92,14 @@ __device__ __forceinline__ part warp_reduce(part p) {
   return p;
 }
 
+/* The meeting of threads [0, threads): barrier 1 (NAMED: a subset of the
+ * block, a multiple of 32), else __syncthreads. */
+template <bool NAMED>
+__device__ __forceinline__ void threads_sync(int threads) {
+  if (NAMED) asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
+  else __syncthreads();
+}
+
 /* Reduce over threads [0, threads) of the block, all of which call this;
  * the result is returned to each of them. `scratch` holds kMaxWarps + 1
  * parts of shared memory. NAMED: the threads meet at barrier 1 (a subset
@@ -102,15 +110,13 @@ __device__ __forceinline__ part threads_reduce(part p, part *scratch, int thread
   const unsigned nwarps = ((unsigned)threads + 31u) >> 5;
   p = warp_reduce(p);
   if (lane == 0) scratch[warp] = p;
-  if (NAMED) asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
-  else __syncthreads();
+  threads_sync<NAMED>(threads);
   if (warp == 0) {
     part q = (unsigned)lane < nwarps ? scratch[lane] : part_empty();
     q = warp_reduce(q);
     if (lane == 0) scratch[kMaxWarps] = q;
   }
-  if (NAMED) asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
-  else __syncthreads();
+  threads_sync<NAMED>(threads);
   return scratch[kMaxWarps];
 }
 
@@ -149,8 +155,7 @@ __device__ __forceinline__ part threads_reduce_max_sum(const part &p, part *scra
     scratch[warp].m = m;
     scratch[warp].s = s;
   }
-  if (NAMED) asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
-  else __syncthreads();
+  threads_sync<NAMED>(threads);
   if (warp == 0) {
     float m2 = -INFINITY, s2 = 0.0f;
     if ((unsigned)lane < nwarps) {
@@ -163,8 +168,7 @@ __device__ __forceinline__ part threads_reduce_max_sum(const part &p, part *scra
       scratch[kMaxWarps].s = s2;
     }
   }
-  if (NAMED) asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
-  else __syncthreads();
+  threads_sync<NAMED>(threads);
   part r = part_empty();
   r.m = scratch[kMaxWarps].m;
   r.s = scratch[kMaxWarps].s;
