@@ -1,0 +1,446 @@
+/*
+ * lt_overlap.cu - the fused linear loss's chunk schedule with its backward
+ * products side by side: does dX's product (compute-bound, k = V) beside
+ * dW's (k = rows, which reads and writes all of dW per chunk) gain once each
+ * is held to its own share of the SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET)?
+ * Without the split each of cuBLASLt's persistent products fills the GPU and
+ * the second waits for the first one's blocks (bench/NOTES.md, v27).
+ *
+ *   dev-lt_overlap [BT H V]    (default 8192 4096 128256, bf16)
+ *   dev-lt_overlap configs     dW's product with other cuBLASLt configurations
+ *                              in the step of each benchmark shape
+ *
+ * One step = for each chunk of rows: the logits product into the scratch
+ * chunk, a stand-in for the cross-entropy (one read and one write of the
+ * chunk, as the forward kernel's gradient pass costs), then dX_c = G W and
+ * dW += G^T X_c, either in turn on one stream or forked onto two streams
+ * (dX with a SMs, dW with b SMs; 0 = all) and joined before the next chunk's
+ * logits overwrite G. Inputs are random (the products' power draw depends on
+ * the bits), the three whole products are timed in the same run, and every
+ * schedule is the median of 9 steps after 2. The products are the library's
+ * (src/cuda/linear.cu, column-major terms).
+ */
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CK(x)                                                                     \
+  do {                                                                            \
+    cudaError_t e_ = (x);                                                         \
+    if (e_ != cudaSuccess) {                                                      \
+      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      exit(1);                                                                    \
+    }                                                                             \
+  } while (0)
+#define LK(x)                                                                     \
+  do {                                                                            \
+    cublasStatus_t s_ = (x);                                                      \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                            \
+      fprintf(stderr, "%s:%d cublasLt status %d\n", __FILE__, __LINE__, (int)s_); \
+      exit(1);                                                                    \
+    }                                                                             \
+  } while (0)
+
+static cublasLtHandle_t g_h;
+
+struct gemm {
+  bool ta, tb;
+  long m, n, k, lda, ldb, ldd;
+  int sms; /* SM_COUNT_TARGET, 0 = the device's */
+};
+
+/* A product made ready once: descriptor, layouts and the heuristic's first
+ * algorithm, as the library caches them. */
+struct ready {
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, ld;
+  cublasLtMatmulAlgo_t algo;
+  float beta;
+  bool rejected; /* the configuration asked for did not pass cublasLtMatmulAlgoCheck */
+};
+
+/* A configuration of cuBLASLt's SM90 algorithm (id 66) to put in place of
+ * the heuristic's tile, cluster shape and custom option. */
+struct config {
+  uint32_t tile;
+  uint16_t cluster;
+  uint32_t custom;
+};
+
+static ready prepare(const gemm &g, float beta, size_t ws, const config *cfg = NULL) {
+  ready r;
+  r.beta = beta;
+  r.rejected = false;
+  LK(cublasLtMatmulDescCreate(&r.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const int32_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  LK(cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  LK(cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  if (g.sms > 0) {
+    const int32_t s = g.sms;
+    LK(cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &s, sizeof s));
+  }
+  LK(cublasLtMatrixLayoutCreate(&r.la, CUDA_R_16BF, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda));
+  LK(cublasLtMatrixLayoutCreate(&r.lb, CUDA_R_16BF, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb));
+  LK(cublasLtMatrixLayoutCreate(&r.ld, CUDA_R_16BF, g.m, g.n, g.ldd));
+  cublasLtMatmulPreference_t pref;
+  LK(cublasLtMatmulPreferenceCreate(&pref));
+  LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                          sizeof ws));
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  LK(cublasLtMatmulAlgoGetHeuristic(g_h, r.desc, r.la, r.lb, r.ld, r.ld, pref, 1, &res, &found));
+  if (found < 1) {
+    fprintf(stderr, "no algorithm for %ld x %ld x %ld\n", g.m, g.n, g.k);
+    exit(1);
+  }
+  r.algo = res.algo;
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (cfg) {
+    int id = 0;
+    size_t w = 0;
+    cublasLtMatmulAlgo_t x = r.algo;
+    cublasLtMatmulAlgoConfigGetAttribute(&x, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+    cublasLtMatmulHeuristicResult_t chk;
+    if (id == 66 &&
+        cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_TILE_ID, &cfg->tile, 4) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                             &cfg->cluster, 2) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &cfg->custom,
+                                             4) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoCheck(g_h, r.desc, r.la, r.lb, r.ld, r.ld, &x, &chk) ==
+            CUBLAS_STATUS_SUCCESS &&
+        chk.workspaceSize <= ws)
+      r.algo = x;
+    else
+      r.rejected = true;
+  }
+  return r;
+}
+
+static void queue(const ready &r, const void *a, const void *b, void *d, void *ws, size_t wsb,
+                  cudaStream_t s) {
+  const float alpha = 1.0f;
+  LK(cublasLtMatmul(g_h, r.desc, &alpha, a, r.la, b, r.lb, &r.beta, d, r.ld, d, r.ld, &r.algo, ws,
+                    wsb, s));
+}
+
+/* Uniform in [-scale, scale), from a hash of the index. */
+__global__ void fill_kernel(__nv_bfloat16 *p, size_t n, float scale, uint32_t seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    uint32_t x = (uint32_t)i * 2654435761u ^ seed;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    p[i] = __float2bfloat16(((float)(x >> 8) * (1.0f / 8388608.0f) - 1.0f) * scale);
+  }
+}
+
+/* The cross-entropy's stand-in: every element of the chunk read and
+ * rewritten once (the forward kernel's gradient pass moves these bytes). */
+__global__ void touch_kernel(__nv_bfloat16 *z, long rows, long cols, long ld) {
+  const long per = cols / 8; /* 8 bf16 per 16 bytes; cols is a multiple of 8 */
+  const long n = rows * per;
+  for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n;
+       i += (long)gridDim.x * blockDim.x) {
+    const long r = i / per, c = (i % per) * 8;
+    uint4 *q = (uint4 *)(z + r * ld + c);
+    uint4 v = *q;
+    v.x ^= 0x80008000u; /* a sign flip: new bits, same magnitudes */
+    v.y ^= 0x80008000u;
+    v.z ^= 0x80008000u;
+    v.w ^= 0x80008000u;
+    *q = v;
+  }
+}
+
+struct bufs {
+  __nv_bfloat16 *X, *W, *Z, *dX, *dW;
+  void *ws0, *ws1;
+  size_t wsb;
+  cudaStream_t s0, s1, s2;
+  cudaEvent_t g_ready, x_done, w_done;
+};
+
+static float median(float *v, int n) {
+  for (int a = 0; a < n; a++)
+    for (int b = a + 1; b < n; b++)
+      if (v[b] < v[a]) {
+        float t = v[a];
+        v[a] = v[b];
+        v[b] = t;
+      }
+  return v[n / 2];
+}
+
+/* One schedule: chunk rows, fork or not, SM targets for dX and dW. */
+static float step_ms(const bufs &B, long BT, long H, long V, long Vs, long chunk, bool fork, int sx,
+                     int sw) {
+  const long count = (BT + chunk - 1) / chunk;
+  const long last = BT - (count - 1) * chunk;
+  ready lg[2], dx[2], dw[2], dw0[2];
+  const long ns[2] = {chunk, last};
+  const size_t wsb = fork ? B.wsb / 2 : B.wsb;
+  for (int i = 0; i < 2; i++) {
+    const long n = ns[i];
+    lg[i] = prepare({true, false, V, n, H, H, H, Vs, 0}, 0.0f, B.wsb);
+    dx[i] = prepare({false, false, H, n, V, H, Vs, H, fork ? sx : 0}, 0.0f, wsb);
+    dw[i] = prepare({false, true, H, V, n, H, Vs, H, fork ? sw : 0}, 1.0f, wsb);
+    dw0[i] = prepare({false, true, H, V, n, H, Vs, H, fork ? sw : 0}, 0.0f, wsb);
+  }
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  float ms[9];
+  for (int rep = 0; rep < 11; rep++) {
+    CK(cudaEventRecord(e0, B.s0));
+    for (long c = 0; c < count; c++) {
+      const int i = c == count - 1 ? 1 : 0;
+      const long n = ns[i];
+      const __nv_bfloat16 *xc = B.X + c * chunk * H;
+      queue(lg[i], B.W, xc, B.Z, B.ws0, B.wsb, B.s0);
+      touch_kernel<<<132 * 8, 256, 0, B.s0>>>(B.Z, n, Vs, Vs);
+      CK(cudaGetLastError());
+      if (!fork) {
+        queue(dx[i], B.W, B.Z, B.dX + c * chunk * H, B.ws0, wsb, B.s0);
+        queue(c ? dw[i] : dw0[i], xc, B.Z, B.dW, B.ws0, wsb, B.s0);
+        continue;
+      }
+      CK(cudaEventRecord(B.g_ready, B.s0));
+      CK(cudaStreamWaitEvent(B.s1, B.g_ready, 0));
+      CK(cudaStreamWaitEvent(B.s2, B.g_ready, 0));
+      queue(dx[i], B.W, B.Z, B.dX + c * chunk * H, B.ws0, wsb, B.s1);
+      queue(c ? dw[i] : dw0[i], xc, B.Z, B.dW, B.ws1, wsb, B.s2);
+      CK(cudaEventRecord(B.x_done, B.s1));
+      CK(cudaEventRecord(B.w_done, B.s2));
+      CK(cudaStreamWaitEvent(B.s0, B.x_done, 0));
+      CK(cudaStreamWaitEvent(B.s0, B.w_done, 0));
+    }
+    CK(cudaEventRecord(e1, B.s0));
+    CK(cudaEventSynchronize(e1));
+    if (rep >= 2) CK(cudaEventElapsedTime(&ms[rep - 2], e0, e1));
+  }
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return median(ms, 9);
+}
+
+/* The in-turn step at 488 rows with an event between every kernel: where the
+ * sustained step's time goes, product by product (ms over the step, median
+ * step of 9). */
+static float breakdown(const bufs &B, long BT, long H, long V, long Vs, long chunk,
+                       const config *cfg = NULL) {
+  const long count = (BT + chunk - 1) / chunk;
+  const long last = BT - (count - 1) * chunk;
+  const long ns[2] = {chunk, last};
+  ready lg[2], dx[2], dw[2], dw0[2];
+  for (int i = 0; i < 2; i++) {
+    lg[i] = prepare({true, false, V, ns[i], H, H, H, Vs, 0}, 0.0f, B.wsb);
+    dx[i] = prepare({false, false, H, ns[i], V, H, Vs, H, 0}, 0.0f, B.wsb);
+    dw[i] = prepare({false, true, H, V, ns[i], H, Vs, H, 0}, 1.0f, B.wsb, cfg);
+    dw0[i] = prepare({false, true, H, V, ns[i], H, Vs, H, 0}, 0.0f, B.wsb, cfg);
+  }
+  if (dw[0].rejected || dw[1].rejected || dw0[0].rejected || dw0[1].rejected) {
+    printf("  tile %u cluster %u custom %u: rejected by cuBLASLt\n", cfg->tile,
+           (unsigned)cfg->cluster, cfg->custom);
+    return -1.0f;
+  }
+  static cudaEvent_t ev[128][5];
+  for (long c = 0; c < count; c++)
+    for (int j = 0; j < 5; j++) CK(cudaEventCreate(&ev[c][j]));
+  float sums[9][4], total[9];
+  for (int rep = 0; rep < 11; rep++) {
+    for (long c = 0; c < count; c++) {
+      const int i = c == count - 1 ? 1 : 0;
+      const __nv_bfloat16 *xc = B.X + c * chunk * H;
+      CK(cudaEventRecord(ev[c][0], B.s0));
+      queue(lg[i], B.W, xc, B.Z, B.ws0, B.wsb, B.s0);
+      CK(cudaEventRecord(ev[c][1], B.s0));
+      touch_kernel<<<132 * 8, 256, 0, B.s0>>>(B.Z, ns[i], Vs, Vs);
+      CK(cudaEventRecord(ev[c][2], B.s0));
+      queue(dx[i], B.W, B.Z, B.dX + c * chunk * H, B.ws0, B.wsb, B.s0);
+      CK(cudaEventRecord(ev[c][3], B.s0));
+      queue(c ? dw[i] : dw0[i], xc, B.Z, B.dW, B.ws0, B.wsb, B.s0);
+      CK(cudaEventRecord(ev[c][4], B.s0));
+    }
+    CK(cudaEventSynchronize(ev[count - 1][4]));
+    if (rep < 2) continue;
+    float *s = sums[rep - 2];
+    s[0] = s[1] = s[2] = s[3] = 0;
+    for (long c = 0; c < count; c++)
+      for (int j = 0; j < 4; j++) {
+        float ms;
+        CK(cudaEventElapsedTime(&ms, ev[c][j], ev[c][j + 1]));
+        s[j] += ms;
+      }
+    CK(cudaEventElapsedTime(&total[rep - 2], ev[0][0], ev[count - 1][4]));
+  }
+  int order[9];
+  for (int r = 0; r < 9; r++) order[r] = r;
+  for (int a = 0; a < 9; a++)
+    for (int b = a + 1; b < 9; b++)
+      if (total[order[b]] < total[order[a]]) {
+        int t = order[a];
+        order[a] = order[b];
+        order[b] = t;
+      }
+  const int m = order[4];
+  const double f = 2.0 * (double)BT * H * V / 1e9;
+  char who[64] = "heuristic";
+  if (cfg)
+    snprintf(who, sizeof who, "tile %u cluster %u custom %u", cfg->tile, (unsigned)cfg->cluster,
+             cfg->custom);
+  printf("  chunk %4ld, dW %-28s step %7.3f ms = logits %6.3f (%3.0f TF/s) + stand-in %5.3f + "
+         "dX %6.3f (%3.0f) + dW %6.3f (%3.0f)\n", chunk, who, total[m], sums[m][0],
+         f / sums[m][0], sums[m][1], sums[m][2], f / sums[m][2], sums[m][3], f / sums[m][3]);
+  for (long c = 0; c < count; c++)
+    for (int j = 0; j < 5; j++) CK(cudaEventDestroy(ev[c][j]));
+  return total[m];
+}
+
+/* The three whole products, as the benchmark's floor runs them. */
+static float whole_ms(const bufs &B, long BT, long H, long V) {
+  ready lg = prepare({true, false, V, BT, H, H, H, V, 0}, 0.0f, B.wsb);
+  ready dx = prepare({false, false, H, BT, V, H, V, H, 0}, 0.0f, B.wsb);
+  ready dw = prepare({false, true, H, V, BT, H, V, H, 0}, 0.0f, B.wsb);
+  __nv_bfloat16 *Zall;
+  CK(cudaMalloc((void **)&Zall, (size_t)BT * V * 2));
+  fill_kernel<<<1024, 256>>>(Zall, (size_t)BT * V, 1.0f, 99u);
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  float ms[9];
+  for (int rep = 0; rep < 11; rep++) {
+    CK(cudaEventRecord(e0, B.s0));
+    queue(lg, B.W, B.X, Zall, B.ws0, B.wsb, B.s0);
+    queue(dx, B.W, Zall, B.dX, B.ws0, B.wsb, B.s0);
+    queue(dw, B.X, Zall, B.dW, B.ws0, B.wsb, B.s0);
+    CK(cudaEventRecord(e1, B.s0));
+    CK(cudaEventSynchronize(e1));
+    if (rep >= 2) CK(cudaEventElapsedTime(&ms[rep - 2], e0, e1));
+  }
+  CK(cudaFree(Zall));
+  return median(ms, 9);
+}
+
+static void alloc(bufs &B, long BT, long H, long V, long zrows) {
+  const long Vs = (V + 7) / 8 * 8;
+  CK(cudaMalloc((void **)&B.X, (size_t)BT * H * 2));
+  CK(cudaMalloc((void **)&B.W, (size_t)V * H * 2));
+  CK(cudaMalloc((void **)&B.Z, (size_t)zrows * Vs * 2));
+  CK(cudaMalloc((void **)&B.dX, (size_t)BT * H * 2));
+  CK(cudaMalloc((void **)&B.dW, (size_t)V * H * 2));
+  fill_kernel<<<1024, 256>>>(B.X, (size_t)BT * H, 1.7f, 1u);
+  fill_kernel<<<1024, 256>>>(B.W, (size_t)V * H, 1.7f / 32.0f, 2u);
+  CK(cudaDeviceSynchronize());
+}
+
+static void release(bufs &B) {
+  CK(cudaFree(B.X));
+  CK(cudaFree(B.W));
+  CK(cudaFree(B.Z));
+  CK(cudaFree(B.dX));
+  CK(cudaFree(B.dW));
+}
+
+/* The schedules at one shape: in turn, forked, SM splits, chunk sizes. */
+static void schedules(bufs &B, long BT, long H, long V) {
+  const long Vs = (V + 7) / 8 * 8;
+  alloc(B, BT, H, V, 1024);
+  const float whole = whole_ms(B, BT, H, V);
+  printf("whole products          %8.3f ms\n", whole);
+  breakdown(B, BT, H, V, Vs, 488);
+  breakdown(B, BT, H, V, Vs, 1024);
+  struct sched {
+    long chunk;
+    bool fork;
+    int sx, sw;
+  };
+  const sched list[] = {
+      {488, false, 0, 0}, {488, true, 0, 0}, {488, true, 66, 66}, {488, true, 44, 88},
+      {512, false, 0, 0}, {1024, false, 0, 0}, {488, false, 0, 0},
+  };
+  for (const sched &s : list) {
+    const float t = step_ms(B, BT, H, V, Vs, s.chunk, s.fork, s.sx, s.sw);
+    char how[48];
+    if (s.fork)
+      snprintf(how, sizeof how, "forked dX %d / dW %d SMs", s.sx, s.sw);
+    else
+      snprintf(how, sizeof how, "in turn");
+    printf("chunk %4ld %-28s %8.3f ms  %.3fx whole\n", s.chunk, how, t, t / whole);
+  }
+  printf("whole products again    %8.3f ms\n", whole_ms(B, BT, H, V));
+  release(B);
+}
+
+/* dW's product with the heuristic's choice against the configurations the
+ * exhaustive search (dev-lt_algos) ranked first at 488 rows, in the step of
+ * each benchmark shape at the library's default chunk. */
+static void configs(bufs &B) {
+  struct shape {
+    long BT, H, V, chunk;
+  };
+  const shape shapes[] = {
+      {8192, 4096, 128256, 488}, {8192, 2304, 256000, 488}, {4096, 4096, 128256, 232},
+      {8192, 2048, 128256, 488}, {2048, 4096, 128256, 112}, {32768, 4096, 128256, 1928},
+  };
+  const config cfgs[] = {
+      {CUBLASLT_MATMUL_TILE_256x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 2},
+      {CUBLASLT_MATMUL_TILE_256x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 0},
+      {CUBLASLT_MATMUL_TILE_192x112, CUBLASLT_CLUSTER_SHAPE_2x1x1, 3},
+      {CUBLASLT_MATMUL_TILE_320x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 2},
+      {CUBLASLT_MATMUL_TILE_128x128, CUBLASLT_CLUSTER_SHAPE_2x1x1, 0},
+  };
+  for (const shape &sh : shapes) {
+    const long Vs = (sh.V + 7) / 8 * 8;
+    alloc(B, sh.BT, sh.H, sh.V, sh.chunk);
+    printf("BT=%ld H=%ld V=%ld, whole products %.3f ms\n", sh.BT, sh.H, sh.V,
+           whole_ms(B, sh.BT, sh.H, sh.V));
+    const float base = breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk);
+    for (const config &c : cfgs) {
+      const float t = breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk, &c);
+      if (t > 0) printf("    %.3fx the heuristic's step\n", t / base);
+    }
+    breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk); /* the drift over the shape's runs */
+    release(B);
+  }
+}
+
+int main(int argc, char **argv) {
+  const bool cfg_mode = argc > 1 && strcmp(argv[1], "configs") == 0;
+  long BT = 8192, H = 4096, V = 128256;
+  if (!cfg_mode && argc == 4) {
+    BT = atol(argv[1]);
+    H = atol(argv[2]);
+    V = atol(argv[3]);
+  }
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  LK(cublasLtCreate(&g_h));
+  bufs B;
+  B.wsb = 4u << 20; /* the library's cuBLASLt workspace */
+  CK(cudaMalloc(&B.ws0, B.wsb));
+  CK(cudaMalloc(&B.ws1, B.wsb));
+  CK(cudaStreamCreateWithFlags(&B.s0, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&B.s1, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&B.s2, cudaStreamNonBlocking));
+  CK(cudaEventCreateWithFlags(&B.g_ready, cudaEventDisableTiming));
+  CK(cudaEventCreateWithFlags(&B.x_done, cudaEventDisableTiming));
+  CK(cudaEventCreateWithFlags(&B.w_done, cudaEventDisableTiming));
+  if (cfg_mode) {
+    printf("lt_overlap configs: bf16, %d SMs, cuBLASLt workspace 4 MiB, steps in turn\n", sms);
+    configs(B);
+    return 0;
+  }
+  printf("lt_overlap BT=%ld H=%ld V=%ld bf16, %d SMs, cuBLASLt workspace 4 MiB (halves when "
+         "forked)\n", BT, H, V, sms);
+  schedules(B, BT, H, V);
+  return 0;
+}
