@@ -79,6 +79,12 @@ XENT_API const char *xent_experimental_last_launch(void);
 /* The launch of this thread's last CUDA backward that ran its kernel. */
 XENT_API const char *xent_experimental_last_backward(void);
 
+/* The cuBLASLt product this thread queued last (a CUDA fused linear call's
+ * last), such as "lt m=4096 n=128256 k=488 Bt measured" ("measured": the
+ * weight gradient's product in the configuration src/cuda/lt.cu chose by
+ * measurement, not the heuristic's), or "none". */
+XENT_API const char *xent_experimental_last_product(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,7 +4,7 @@
 # go to $OUT (or out/).
 #
 #   scripts/device.sh [build] [before] [test] [quick] [linear-test] [python] [bench]
-#                     [linear] [compare] [host] [sanitize]
+#                     [linear] [linear-ab] [compare] [host] [sanitize]
 #   (no stage: build test python bench linear)
 #
 #   build        CMake + Ninja (Release, sm_90a only), cmocka and OpenBLAS from .deps
@@ -20,6 +20,8 @@
 #                chunk curve and weight-gradient error
 #   compare      bench/compare.py: the cross-entropy sweep against every peer
 #   host         bench/host_time.py at BT 1024 (with --parts) and 8192
+#   linear-ab    bench/linear.py (the GEMMs alone and xent) with this tree's library and the
+#                `before` build's in turn, at each of XENT_LINEAR_AB_SHAPES ("BT,H,V ...")
 #   vp           bench/vp.py: the vocabulary-parallel shard calls against the single-GPU loss
 #   hf           bench/hf_step.py: a 1B-shaped Hugging Face model's training step with
 #                each loss (memory and time)
@@ -176,6 +178,21 @@ if has linear && in_time linear; then
     --kernel linear --out "$OUT/linear.csv" --no-append ${XENT_LINEAR_ARGS:---chunk-curve \
     --weight-error} >"$OUT/linear.log" 2>&1
   note linear "rc=$?"
+fi
+if has linear-ab && in_time linear-ab; then
+  # This tree's fused linear loss against the `before` build's, one process each, in turn
+  # (this, before, this, before) at each shape of XENT_LINEAR_AB_SHAPES.
+  stamp "linear-ab"
+  for shape in ${XENT_LINEAR_AB_SHAPES:-8192,4096,128256}; do
+    for lib in build build-before build build-before; do
+      [ -f "$lib/libxent.so" ] || continue
+      echo "-- $lib" >>"$OUT/linear-ab.txt"
+      XENT_LIBRARY=$PWD/$lib/libxent.so PYTHONUNBUFFERED=1 timeout 200 python3 bench/linear.py \
+        --shape "$shape" --providers gemm_floor,xent --out "$OUT/linear-ab.csv" \
+        >>"$OUT/linear-ab.txt" 2>&1
+    done
+  done
+  note linear-ab "$(grep -E '^  xent ' "$OUT/linear-ab.txt" | awk '{print $2}' | tr '\n' ' ')"
 fi
 if has bench && in_time bench; then
   stamp "bench"

@@ -103,3 +103,5 @@ xent_experimental xent_experimental_get(void) { return current; }
 const char *xent_experimental_last_launch(void) { return xent_cuda_last_launch(); }
 
 const char *xent_experimental_last_backward(void) { return xent_cuda_last_backward(); }
+
+const char *xent_experimental_last_product(void) { return xent_cuda_last_product(); }

@@ -31,6 +31,8 @@ int xent_cuda_verdict_ready(const xent_verdict *verdict);
 /* The launch descriptions behind xent_experimental_last_launch/_backward. */
 const char *xent_cuda_last_launch(void);
 const char *xent_cuda_last_backward(void);
+/* ... and behind xent_experimental_last_product. */
+const char *xent_cuda_last_product(void);
 
 #ifdef __cplusplus
 }

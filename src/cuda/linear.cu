@@ -153,7 +153,7 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
     /* Z = X_c W^T + b */
     lt_gemm g1 = {true, false, V, n, H, in.weight, in.weight_stride, in.dtype,
                   xc, in.hidden_stride, in.dtype, zbuf, plan.chunk_stride, in.dtype,
-                  1.0f, 0.0f, in.bias};
+                  1.0f, 0.0f, in.bias, false};
     if ((st = lt_matmul(g1, ltws, plan.lt_bytes, stream))) break;
 
     /* the cross-entropy of the chunk's rows */
@@ -200,7 +200,7 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
       lt_gemm g2 = {false, false, H, n, V, in.weight, in.weight_stride, in.dtype,
                     zbuf, plan.chunk_stride, in.dtype,
                     (char *)g.hidden + (size_t)(r0 * g.hidden_stride) * gs, g.hidden_stride,
-                    g.hidden_dtype, 1.0f, g.accumulate ? 1.0f : 0.0f, NULL};
+                    g.hidden_dtype, 1.0f, g.accumulate ? 1.0f : 0.0f, NULL, false};
       if ((st = lt_matmul(g2, ltws, plan.lt_bytes, stream))) break;
     }
     if (g.weight) { /* dW (+)= G^T X_c */
@@ -208,7 +208,8 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
       lt_gemm g3 = {false, true, H, V, n, xc, in.hidden_stride, in.dtype,
                     zbuf, plan.chunk_stride, in.dtype,
                     fp32acc ? (void *)dw : g.weight, fp32acc ? H : g.weight_stride,
-                    fp32acc ? XENT_FLOAT32 : g.weight_dtype, 1.0f, more ? 1.0f : 0.0f, NULL};
+                    fp32acc ? XENT_FLOAT32 : g.weight_dtype, 1.0f, more ? 1.0f : 0.0f, NULL,
+                    true};
       if ((st = lt_matmul(g3, ltws, plan.lt_bytes, stream))) break;
     }
     if (db && (st = launch_colsum(in.dtype, zbuf, n, (int)V, plan.chunk_stride * (int64_t)es, db,

@@ -31,6 +31,9 @@ struct lt_api {
   decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy;
   decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set;
   decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic;
+  decltype(&cublasLtMatmulAlgoConfigGetAttribute) config_get;
+  decltype(&cublasLtMatmulAlgoConfigSetAttribute) config_set;
+  decltype(&cublasLtMatmulAlgoCheck) check;
   decltype(&cublasLtMatmul) matmul;
   decltype(&cublasLtGetStatusString) status_string;
 };
@@ -70,6 +73,9 @@ void load_api() {
     XENT_LT_SYM(pref_destroy, cublasLtMatmulPreferenceDestroy)
     XENT_LT_SYM(pref_set, cublasLtMatmulPreferenceSetAttribute)
     XENT_LT_SYM(heuristic, cublasLtMatmulAlgoGetHeuristic)
+    XENT_LT_SYM(config_get, cublasLtMatmulAlgoConfigGetAttribute)
+    XENT_LT_SYM(config_set, cublasLtMatmulAlgoConfigSetAttribute)
+    XENT_LT_SYM(check, cublasLtMatmulAlgoCheck)
     XENT_LT_SYM(matmul, cublasLtMatmul)
     XENT_LT_SYM(status_string, cublasLtGetStatusString)
 #undef XENT_LT_SYM
@@ -121,7 +127,7 @@ uint32_t alignment(const void *p) {
 /* A cached product: everything that decides the algorithm. */
 struct lt_key {
   int dev;
-  bool ta, tb, beta0, bias;
+  bool ta, tb, beta0, bias, chunk_k;
   int64_t m, n, k, lda, ldb, ldd;
   xent_dtype at, bt, dt;
   uint32_t aa, ab, ad, abias;
@@ -134,6 +140,7 @@ struct lt_entry {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, ld;
   cublasLtMatmulAlgo_t algo;
+  bool measured; /* the configuration of prefer_chunk_k, not the heuristic's */
 };
 
 struct lt_cache {
@@ -144,6 +151,37 @@ struct lt_cache {
 
 thread_local lt_cache t_cache;
 thread_local char t_last[160] = "none";
+
+/* The weight gradient's product over a chunk (k = the chunk's rows, D read
+ * and written whole), in bf16, where it was measured: where the heuristic
+ * picks cuBLASLt's SM90 algorithm (id 66), a 256 x 64 tile over clusters of
+ * 1 x 2 with custom option 2 in place of the heuristic's configuration. Of
+ * every configuration timed one by one at 8192 x 4096 x 128256 with 488-row
+ * chunks (dev/cuda/lt_algos.cu, v28) it was the fastest, 643 TFLOP/s against
+ * the heuristic's 563; the step of each benchmark shape with it is in
+ * bench/NOTES.md. Where cuBLASLt does not accept it, the heuristic's stays. */
+void prefer_chunk_k(cublasLtHandle_t h, lt_entry *e, uint64_t ws) {
+  const lt_api &A = g_api;
+  int id = 0;
+  size_t w = 0;
+  if (A.config_get(&e->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w) != CUBLAS_STATUS_SUCCESS ||
+      id != 66)
+    return;
+  cublasLtMatmulAlgo_t x = e->algo;
+  const uint32_t tile = CUBLASLT_MATMUL_TILE_256x64, custom = 2;
+  const uint16_t cluster = CUBLASLT_CLUSTER_SHAPE_1x2x1;
+  cublasLtMatmulHeuristicResult_t r;
+  if (A.config_set(&x, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile) == CUBLAS_STATUS_SUCCESS &&
+      A.config_set(&x, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster) ==
+          CUBLAS_STATUS_SUCCESS &&
+      A.config_set(&x, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof custom) ==
+          CUBLAS_STATUS_SUCCESS &&
+      A.check(h, e->desc, e->la, e->lb, e->ld, e->ld, &x, &r) == CUBLAS_STATUS_SUCCESS &&
+      r.workspaceSize <= ws) {
+    e->algo = x;
+    e->measured = true;
+  }
+}
 
 xent_status make_entry(cublasLtHandle_t h, const lt_gemm &g, const lt_key &key, lt_entry *e) {
   const lt_api &A = g_api;
@@ -186,6 +224,14 @@ xent_status make_entry(cublasLtHandle_t h, const lt_gemm &g, const lt_key &key, 
                      "cuBLASLt has no algorithm for a %lld x %lld x %lld product here",
                      (long long)g.m, (long long)g.n, (long long)g.k);
   e->algo = r.algo;
+  e->measured = false;
+  /* cublasLtMatmulAlgoCheck sees no pointers: the configuration is tried only
+   * where every operand is 16-byte aligned, rows and columns alike. */
+  const bool aligned = key.aa >= 16 && key.ab >= 16 && key.ad >= 16 && g.lda % 8 == 0 &&
+                       g.ldb % 8 == 0 && g.ldd % 8 == 0;
+  if (g.chunk_k && aligned && g.a_type == XENT_BFLOAT16 && g.b_type == XENT_BFLOAT16 &&
+      g.d_type == XENT_BFLOAT16)
+    prefer_chunk_k(h, e, ws);
   return XENT_OK;
 }
 
@@ -218,6 +264,7 @@ xent_status lt_matmul(const lt_gemm &g, void *ws, size_t ws_bytes, cudaStream_t 
   key.tb = g.trans_b;
   key.beta0 = g.beta == 0.0f;
   key.bias = g.bias != nullptr;
+  key.chunk_k = g.chunk_k;
   key.m = g.m, key.n = g.n, key.k = g.k;
   key.lda = g.lda, key.ldb = g.ldb, key.ldd = g.ldd;
   key.at = g.a_type, key.bt = g.b_type, key.dt = g.d_type;
@@ -245,11 +292,14 @@ xent_status lt_matmul(const lt_gemm &g, void *ws, size_t ws_bytes, cudaStream_t 
   LT(g_api.matmul(c.handle[dev], e->desc, &g.alpha, g.a, e->la, g.b, e->lb, &g.beta, g.d, e->ld,
                   g.d, e->ld, &e->algo, ws, ws_bytes, stream),
      "matmul");
-  snprintf(t_last, sizeof t_last, "lt m=%lld n=%lld k=%lld%s%s", (long long)g.m, (long long)g.n,
-           (long long)g.k, g.trans_a ? " At" : "", g.trans_b ? " Bt" : "");
+  snprintf(t_last, sizeof t_last, "lt m=%lld n=%lld k=%lld%s%s%s", (long long)g.m, (long long)g.n,
+           (long long)g.k, g.trans_a ? " At" : "", g.trans_b ? " Bt" : "",
+           e->measured ? " measured" : "");
   return XENT_OK;
 }
 
 const char *lt_last(void) { return t_last; }
 
 }  // namespace xent
+
+extern "C" const char *xent_cuda_last_product(void) { return xent::lt_last(); }

@@ -32,6 +32,10 @@ struct lt_gemm {
   xent_dtype d_type;
   float alpha, beta;
   const void *bias; /* m values of d_type, or NULL */
+  /* The weight gradient's product over a chunk: k is the chunk's rows and D
+   * is read and written whole. Its configuration is chosen by measurement
+   * where that applies (lt.cu), the heuristic's otherwise. */
+  bool chunk_k;
 };
 
 /* Queues the product on `stream` with `ws_bytes` of cuBLASLt workspace. */

@@ -49,6 +49,8 @@ const char *xent_cuda_last_launch(void) { return "none"; }
 
 const char *xent_cuda_last_backward(void) { return "none"; }
 
+const char *xent_cuda_last_product(void) { return "none"; }
+
 /* Without CUDA every call checks its targets on the host: a verdict holds
  * nothing to wait for. */
 struct xent_verdict {

@@ -28,6 +28,7 @@
 #include "linear_check.h"
 #include "reference.h"
 #include "xent.h"
+#include "xent_experimental.h"
 
 static long g_cases;
 static const xent_dtype DTYPES[] = {XENT_FLOAT32, XENT_BFLOAT16, XENT_FLOAT16};
@@ -636,7 +637,35 @@ static void test_cuda_linear_large_extent(void **state) {
   for (size_t i = 0; i < 6; i++) cudaFree(all[i]);
   xt_free(hx), xt_free(hw), xt_free(ht), xt_free(gx), xt_free(lse);
 }
+
+/* The weight gradient's product in the configuration src/cuda/lt.cu chose by
+ * measurement (bf16, every operand aligned, the heuristic's SM90 algorithm):
+ * checked against the reference as every case is, fresh and accumulating,
+ * and on sm_90 the product that ran must be that one. */
+static void test_cuda_linear_measured_product(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xt_rng rng = xt_rng_for("test_cuda_linear_measured_product");
+  int dev = 0, major = 0;
+  assert_int_equal(cudaGetDevice(&dev), cudaSuccess);
+  assert_int_equal(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
+                   cudaSuccess);
+  long errs = 0;
+  for (int acc = 0; acc < 2; acc++) {
+    xt_lin_case c = xt_lin_default(XENT_BFLOAT16, 976, 256, 8000);
+    c.chunk_rows = 488;
+    c.accumulate = acc;
+    c.alpha = 0.05;
+    errs += run_case(c, 1, &rng, "measured");
+    const char *prod = xent_experimental_last_product();
+    print_message("last product: %s\n", prod);
+    assert_non_null(strstr(prod, "k=488 Bt"));
+    if (major == 9) assert_non_null(strstr(prod, "measured"));
+  }
+  assert_int_equal(errs, 0);
+}
 #else
+static void test_cuda_linear_measured_product(void **state) { (void)state; skip(); }
 static void test_cuda_linear_bad_target(void **state) { (void)state; skip(); }
 static void test_cuda_linear_memory(void **state) { (void)state; skip(); }
 static void test_cuda_linear_large_extent(void **state) { (void)state; skip(); }
@@ -658,6 +687,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_linear_bad_target),
       cmocka_unit_test(test_cuda_linear_memory),
       cmocka_unit_test(test_cuda_linear_large_extent),
+      cmocka_unit_test(test_cuda_linear_measured_product),
   };
   const char *only = getenv("XENT_TEST_ONLY");
   if (only && *only) cmocka_set_test_filter(only);
