@@ -5,13 +5,17 @@
  * weight gradient's product at k = rows near the whole product's rate, where
  * the heuristic's first choice runs it at about 2/3 of it (bench/NOTES.md)?
  *
- *   dev-lt_algos [BT H V rows]    (default 8192 4096 128256 488, bf16)
+ *   dev-lt_algos [BT H V rows [product]]   (default 8192 4096 128256 488 dw, bf16)
+ *
+ * product: dw, dx or logits, the one searched (the others: the heuristic's
+ * only).
  *
  * Per product: the heuristic's first algorithm, the best of the 64 it
  * returns, and for dW's the best of the exhaustive search (custom options 0 to 7, the SM90 kernels with the heuristic's stage ids; a
  * configuration more than 1.2x the best so far in one run is not run again),
  * each the median of 5 runs on random inputs (the products' power draw depends on the bits), with
- * TFLOP/s and the configuration; then the ten fastest of the search. The
+ * TFLOP/s and the configuration; then the ten fastest of the search, split-K
+ * included (each with the workspace it takes; up to 64 MiB allowed). The
  * whole products (k or n = BT) with the heuristic's first, for the rate the
  * chunked ones are held to. Workspace 4 MiB, as the library's.
  */
@@ -43,7 +47,8 @@
 
 static cublasLtHandle_t g_h;
 static void *g_ws;
-static const size_t kWs = 4u << 20;
+static const size_t kWs = 4u << 20;   /* the library's cuBLASLt workspace */
+static const size_t kWsMax = 64u << 20; /* what the search lets a configuration take */
 static cudaEvent_t g_e0, g_e1;
 
 struct prod {
@@ -75,7 +80,7 @@ static float time_algo(const prod &p, const cublasLtMatmulAlgo_t *algo, int reps
   for (int rep = 0; rep <= reps; rep++) {
     CK(cudaEventRecord(g_e0));
     if (cublasLtMatmul(g_h, p.desc, &alpha, p.a, p.la, p.b, p.lb, &p.beta, p.d, p.ld, p.d, p.ld,
-                       algo, g_ws, kWs, 0) != CUBLAS_STATUS_SUCCESS) {
+                       algo, g_ws, kWsMax, 0) != CUBLAS_STATUS_SUCCESS) {
       cudaGetLastError();
       return -1.0f;
     }
@@ -95,7 +100,7 @@ static float time_algo(const prod &p, const cublasLtMatmulAlgo_t *algo, int reps
 
 static void describe(const cublasLtMatmulAlgo_t *algo, char *out, size_t n) {
   int id = 0, splitk = 0;
-  uint32_t tile = 0, stages = 0, swz = 0, custom = 0;
+  uint32_t tile = 0, stages = 0, swz = 0, custom = 0, red = 0;
   uint16_t cluster = 0;
   size_t w = 0;
   cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
@@ -110,13 +115,16 @@ static void describe(const cublasLtMatmulAlgo_t *algo, char *out, size_t n) {
                                        sizeof custom, &w);
   cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
                                        sizeof cluster, &w);
-  snprintf(out, n, "algo %d tile %u stages %u cluster %u swizzle %u custom %u splitK %d", id, tile,
-           stages, (unsigned)cluster, swz, custom, splitk);
+  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red,
+                                       sizeof red, &w);
+  snprintf(out, n, "algo %d tile %u stages %u cluster %u swizzle %u custom %u splitK %d red %u", id,
+           tile, stages, (unsigned)cluster, swz, custom, splitk, red);
 }
 
 struct found {
   float ms;
   cublasLtMatmulAlgo_t algo;
+  size_t ws;
 };
 
 static int by_time(const void *x, const void *y) {
@@ -131,7 +139,7 @@ static double now_s(void) {
 }
 
 /* Each product's search stops after this long (seconds). */
-static const double kSearchS = 100.0;
+static const double kSearchS = 70.0;
 
 static void search(prod &p, bool exhaustive) {
   const double t0 = now_s();
@@ -223,7 +231,23 @@ static void search(prod &p, bool exhaustive) {
     printf("  algorithm %d: %d tiles, %d stage ids\n", ids[a], nt, ns);
     if (nt == 0) tiles[nt++] = CUBLASLT_MATMUL_TILE_UNDEFINED;
     if (ns == 0) stages[ns++] = CUBLASLT_MATMUL_STAGES_UNDEFINED;
-    int32_t swz_ok = 0, custom_max = 0;
+    int32_t swz_ok = 0, custom_max = 0, splitk_ok = 0;
+    uint32_t red_mask = 0;
+    cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &splitk_ok,
+                                      sizeof splitk_ok, &w);
+    cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &red_mask,
+                                      sizeof red_mask, &w);
+    /* split-K: 1, or 2, 4, 8 with each reduction scheme the algorithm has */
+    struct split {
+      int32_t n;
+      uint32_t red;
+    } splits[16];
+    int nsplit = 0;
+    splits[nsplit++] = {1, CUBLASLT_REDUCTION_SCHEME_NONE};
+    if (splitk_ok)
+      for (int32_t k2 = 2; k2 <= 8; k2 *= 2)
+        for (uint32_t r = 1; r <= 4; r <<= 1)
+          if (red_mask & r) splits[nsplit++] = {k2, r};
     cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swz_ok,
                                       sizeof swz_ok, &w);
     cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &custom_max,
@@ -233,12 +257,15 @@ static void search(prod &p, bool exhaustive) {
       for (int s = 0; s < ns; s++)
         for (int c = 0; c < 4; c++)
           for (uint32_t swz = 0; swz <= (swz_ok ? 1u : 0u); swz++)
-            for (uint32_t cu = 0; cu <= (uint32_t)custom_max; cu++) {
+            for (uint32_t cu = 0; cu <= (uint32_t)custom_max; cu++)
+            for (int sp = 0; sp < nsplit; sp++) {
               cublasLtMatmulAlgo_t x = algo;
-              const int32_t one = 1;
               cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_TILE_ID, &tiles[t], 4);
               cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages[s], 4);
-              cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, 4);
+              cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                   &splits[sp].n, 4);
+              cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                   &splits[sp].red, 4);
               cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, 4);
               cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &cu, 4);
               if (cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
@@ -246,7 +273,7 @@ static void search(prod &p, bool exhaustive) {
                 continue;
               cublasLtMatmulHeuristicResult_t r;
               if (cublasLtMatmulAlgoCheck(g_h, p.desc, p.la, p.lb, p.ld, p.ld, &x, &r) !=
-                      CUBLAS_STATUS_SUCCESS || r.workspaceSize > kWs)
+                      CUBLAS_STATUS_SUCCESS || r.workspaceSize > kWsMax)
                 continue;
               if (nall >= 20000 || stopped) continue;
               if (now_s() - t0 > kSearchS) {
@@ -258,12 +285,12 @@ static void search(prod &p, bool exhaustive) {
               const float quick = time_algo(p, &x, 1);
               if (quick < 0) continue;
               if (nall > 0 && quick > 1.2f * best) {
-                all[nall++] = {quick, x};
+                all[nall++] = {quick, x, r.workspaceSize};
                 continue;
               }
               const float ms = time_algo(p, &x, 5);
               if (ms > 0) {
-                all[nall++] = {ms, x};
+                all[nall++] = {ms, x, r.workspaceSize};
                 if (ms < best) best = ms;
               }
             }
@@ -273,7 +300,8 @@ static void search(prod &p, bool exhaustive) {
          stopped ? " (stopped at the time limit)" : "");
   for (int i = 0; i < nall && i < 10; i++) {
     describe(&all[i].algo, desc, sizeof desc);
-    printf("  %2d  %8.4f ms %5.0f TF/s  %s\n", i + 1, all[i].ms, flop / all[i].ms / 1e9, desc);
+    printf("  %2d  %8.4f ms %5.0f TF/s  %s  workspace %zu KiB\n", i + 1, all[i].ms,
+           flop / all[i].ms / 1e9, desc, all[i].ws >> 10);
   }
 }
 
@@ -292,14 +320,16 @@ __global__ void fill_kernel(__nv_bfloat16 *p, size_t n, float scale, uint32_t se
 
 int main(int argc, char **argv) {
   long BT = 8192, H = 4096, V = 128256, n = 488;
-  if (argc == 5) {
+  const char *which = "dw";
+  if (argc >= 5) {
     BT = atol(argv[1]);
     H = atol(argv[2]);
     V = atol(argv[3]);
     n = atol(argv[4]);
   }
+  if (argc >= 6) which = argv[5];
   LK(cublasLtCreate(&g_h));
-  CK(cudaMalloc(&g_ws, kWs));
+  CK(cudaMalloc(&g_ws, kWsMax));
   CK(cudaEventCreate(&g_e0));
   CK(cudaEventCreate(&g_e1));
   const long Vs = (V + 7) / 8 * 8;
@@ -314,14 +344,15 @@ int main(int argc, char **argv) {
   fill_kernel<<<1024, 256>>>(Z, (size_t)BT * Vs, 1.0f, 3u);
   fill_kernel<<<1024, 256>>>(dW, (size_t)V * H, 1.0f, 4u);
   CK(cudaDeviceSynchronize());
-  printf("lt_algos BT=%ld H=%ld V=%ld, chunk %ld rows, bf16, fp32 accumulation, workspace 4 MiB\n",
-         BT, H, V, n);
+  printf("lt_algos BT=%ld H=%ld V=%ld, chunk %ld rows, bf16, fp32 accumulation, workspace 4 MiB "
+         "(search: up to 64), searched: %s\n", BT, H, V, n, which);
   prod ps[] = {
       {"dW (chunk)", false, true, H, V, n, H, Vs, H, X, Z, dW, 1.0f, 0, 0, 0, 0},
       {"logits (chunk)", true, false, V, n, H, H, H, Vs, W, X, Z, 0.0f, 0, 0, 0, 0},
       {"dX (chunk)", false, false, H, n, V, H, Vs, H, W, Z, dX, 0.0f, 0, 0, 0, 0},
   };
-  for (int i = 0; i < 3; i++) search(ps[i], i == 0); /* dW's alone is searched */
+  const char *keys[3] = {"dw", "logits", "dx"};
+  for (int i = 0; i < 3; i++) search(ps[i], strcmp(which, keys[i]) == 0);
   /* The whole products, the heuristic's first, for the rate to be held to. */
   prod whole[] = {
       {"logits (whole)", true, false, V, BT, H, H, H, Vs, W, X, Z, 0.0f, 0, 0, 0, 0},
