@@ -19,31 +19,13 @@
  * whole products (k or n = BT) with the heuristic's first, for the rate the
  * chunked ones are held to. Workspace 4 MiB, as the library's.
  */
-#include <cublasLt.h>
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
+#include "lt_common.cuh"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define CK(x)                                                                     \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
-    if (e_ != cudaSuccess) {                                                      \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
-#define LK(x)                                                                     \
-  do {                                                                            \
-    cublasStatus_t s_ = (x);                                                      \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                            \
-      fprintf(stderr, "%s:%d cublasLt status %d\n", __FILE__, __LINE__, (int)s_); \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
 
 static cublasLtHandle_t g_h;
 static void *g_ws;
@@ -63,13 +45,7 @@ struct prod {
 };
 
 static void setup(prod &p) {
-  LK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const int32_t ta = p.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  LK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  LK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  LK(cublasLtMatrixLayoutCreate(&p.la, CUDA_R_16BF, p.ta ? p.k : p.m, p.ta ? p.m : p.k, p.lda));
-  LK(cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_16BF, p.tb ? p.n : p.k, p.tb ? p.k : p.n, p.ldb));
-  LK(cublasLtMatrixLayoutCreate(&p.ld, CUDA_R_16BF, p.m, p.n, p.ldd));
+  lt_describe_product(p.ta, p.tb, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, &p.desc, &p.la, &p.lb, &p.ld);
 }
 
 /* Median of `reps` (at most 5) timed runs after 1, in ms; < 0 when the
@@ -88,37 +64,7 @@ static float time_algo(const prod &p, const cublasLtMatmulAlgo_t *algo, int reps
     CK(cudaEventSynchronize(g_e1));
     if (rep) CK(cudaEventElapsedTime(&ms[rep - 1], g_e0, g_e1));
   }
-  for (int a = 0; a < reps; a++)
-    for (int b = a + 1; b < reps; b++)
-      if (ms[b] < ms[a]) {
-        float t = ms[a];
-        ms[a] = ms[b];
-        ms[b] = t;
-      }
-  return ms[reps / 2];
-}
-
-static void describe(const cublasLtMatmulAlgo_t *algo, char *out, size_t n) {
-  int id = 0, splitk = 0;
-  uint32_t tile = 0, stages = 0, swz = 0, custom = 0, red = 0;
-  uint16_t cluster = 0;
-  size_t w = 0;
-  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
-  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
-  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
-                                       sizeof stages, &w);
-  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
-                                       sizeof splitk, &w);
-  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof swz,
-                                       &w);
-  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom,
-                                       sizeof custom, &w);
-  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
-                                       sizeof cluster, &w);
-  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red,
-                                       sizeof red, &w);
-  snprintf(out, n, "algo %d tile %u stages %u cluster %u swizzle %u custom %u splitK %d red %u", id,
-           tile, stages, (unsigned)cluster, swz, custom, splitk, red);
+  return lt_median(ms, reps);
 }
 
 struct found {
@@ -147,14 +93,8 @@ static void search(prod &p, bool exhaustive) {
   setup(p);
   const double flop = 2.0 * (double)p.m * p.n * p.k;
   char desc[160];
-  cublasLtMatmulPreference_t pref;
-  LK(cublasLtMatmulPreferenceCreate(&pref));
-  LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWs,
-                                          sizeof kWs));
   cublasLtMatmulHeuristicResult_t hr[64];
-  int nh = 0;
-  LK(cublasLtMatmulAlgoGetHeuristic(g_h, p.desc, p.la, p.lb, p.ld, p.ld, pref, 64, hr, &nh));
-  cublasLtMatmulPreferenceDestroy(pref);
+  const int nh = lt_heuristic(g_h, p.desc, p.la, p.lb, p.ld, kWs, 64, hr);
   printf("\n%s: m=%ld n=%ld k=%ld%s%s beta %.0f (%.1f GFLOP)\n", p.name, p.m, p.n, p.k,
          p.ta ? " At" : "", p.tb ? " Bt" : "", p.beta, flop / 1e9);
   float first = -1, hbest = 1e30f;
@@ -164,10 +104,10 @@ static void search(prod &p, bool exhaustive) {
     if (i == 0) first = t;
     if (t > 0 && t < hbest) hbest = t, hbi = i;
   }
-  describe(&hr[0].algo, desc, sizeof desc);
+  lt_describe_algo(&hr[0].algo, desc, sizeof desc);
   printf("  heuristic first     %8.4f ms %5.0f TF/s  %s\n", first, flop / first / 1e9, desc);
   if (hbi >= 0) {
-    describe(&hr[hbi].algo, desc, sizeof desc);
+    lt_describe_algo(&hr[hbi].algo, desc, sizeof desc);
     printf("  best of %2d returned %8.4f ms %5.0f TF/s  #%d %s\n", nh, hbest, flop / hbest / 1e9,
            hbi, desc);
   }
@@ -299,22 +239,9 @@ static void search(prod &p, bool exhaustive) {
   printf("  search: %d algorithm ids, %d configurations ran, %d succeeded%s\n", nid, tried, nall,
          stopped ? " (stopped at the time limit)" : "");
   for (int i = 0; i < nall && i < 10; i++) {
-    describe(&all[i].algo, desc, sizeof desc);
+    lt_describe_algo(&all[i].algo, desc, sizeof desc);
     printf("  %2d  %8.4f ms %5.0f TF/s  %s  workspace %zu KiB\n", i + 1, all[i].ms,
            flop / all[i].ms / 1e9, desc, all[i].ws >> 10);
-  }
-}
-
-__global__ void fill_kernel(__nv_bfloat16 *p, size_t n, float scale, uint32_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t x = (uint32_t)i * 2654435761u ^ seed;
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    p[i] = __float2bfloat16(((float)(x >> 8) * (1.0f / 8388608.0f) - 1.0f) * scale);
   }
 }
 
@@ -339,10 +266,10 @@ int main(int argc, char **argv) {
   CK(cudaMalloc((void **)&Z, (size_t)BT * Vs * 2));
   CK(cudaMalloc((void **)&dX, (size_t)BT * H * 2));
   CK(cudaMalloc((void **)&dW, (size_t)V * H * 2));
-  fill_kernel<<<1024, 256>>>(X, (size_t)BT * H, 1.7f, 1u);
-  fill_kernel<<<1024, 256>>>(W, (size_t)V * H, 1.7f / 32.0f, 2u);
-  fill_kernel<<<1024, 256>>>(Z, (size_t)BT * Vs, 1.0f, 3u);
-  fill_kernel<<<1024, 256>>>(dW, (size_t)V * H, 1.0f, 4u);
+  lt_fill(X, (size_t)BT * H, 1.7f, 1u);
+  lt_fill(W, (size_t)V * H, 1.7f / 32.0f, 2u);
+  lt_fill(Z, (size_t)BT * Vs, 1.0f, 3u);
+  lt_fill(dW, (size_t)V * H, 1.0f, 4u);
   CK(cudaDeviceSynchronize());
   printf("lt_algos BT=%ld H=%ld V=%ld, chunk %ld rows, bf16, fp32 accumulation, workspace 4 MiB "
          "(search: up to 64), searched: %s\n", BT, H, V, n, which);
@@ -362,17 +289,11 @@ int main(int argc, char **argv) {
   printf("\n");
   for (prod &p : whole) {
     setup(p);
-    cublasLtMatmulPreference_t pref;
-    LK(cublasLtMatmulPreferenceCreate(&pref));
-    LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWs,
-                                            sizeof kWs));
     cublasLtMatmulHeuristicResult_t r;
-    int nh = 0;
-    LK(cublasLtMatmulAlgoGetHeuristic(g_h, p.desc, p.la, p.lb, p.ld, p.ld, pref, 1, &r, &nh));
-    cublasLtMatmulPreferenceDestroy(pref);
+    if (lt_heuristic(g_h, p.desc, p.la, p.lb, p.ld, kWs, 1, &r) < 1) continue;
     const float t = time_algo(p, &r.algo, 5);
     char desc[160];
-    describe(&r.algo, desc, sizeof desc);
+    lt_describe_algo(&r.algo, desc, sizeof desc);
     printf("%-15s %8.3f ms %5.0f TF/s  %s\n", p.name, t,
            2.0 * (double)p.m * p.n * p.k / t / 1e9, desc);
   }

@@ -15,29 +15,11 @@
  *   dX      dX_c^T (H x n) = W^T-view G^T                  m=H n=n k=V
  *   dW      dW^T (H x V) += X_c^T G                        m=H n=V k=n, B transposed
  */
-#include <cublasLt.h>
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
+#include "lt_common.cuh"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                     \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
-    if (e_ != cudaSuccess) {                                                      \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
-#define LK(x)                                                               \
-  do {                                                                      \
-    cublasStatus_t s_ = (x);                                                \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                      \
-      fprintf(stderr, "%s:%d cublasLt status %d\n", __FILE__, __LINE__, (int)s_); \
-      exit(1);                                                              \
-    }                                                                       \
-  } while (0)
 
 static cublasLtHandle_t g_h;
 static void *g_ws;
@@ -57,35 +39,12 @@ struct timed {
   char best_desc[96];
 };
 
-static void describe(const cublasLtMatmulAlgo_t *algo, char *out, size_t n) {
-  int tile = 0, splitk = 0, stages = 0, id = 0;
-  size_t w = 0;
-  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
-  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
-  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
-                                       sizeof splitk, &w);
-  cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
-                                       sizeof stages, &w);
-  snprintf(out, n, "algo %d tile %d stages %d splitK %d", id, tile, stages, splitk);
-}
-
 static timed run(const gemm &g, int reps) {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, ld;
-  LK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const int32_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  LK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  LK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda));
-  LK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb));
-  LK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, g.m, g.n, g.ldd));
-  cublasLtMatmulPreference_t pref;
-  LK(cublasLtMatmulPreferenceCreate(&pref));
-  LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWs,
-                                          sizeof kWs));
+  lt_describe_product(g.ta, g.tb, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, &desc, &la, &lb, &ld);
   cublasLtMatmulHeuristicResult_t r[8];
-  int found = 0;
-  LK(cublasLtMatmulAlgoGetHeuristic(g_h, desc, la, lb, ld, ld, pref, 8, r, &found));
+  const int found = lt_heuristic(g_h, desc, la, lb, ld, kWs, 8, r);
   timed t;
   memset(&t, 0, sizeof t);
   t.count = found;
@@ -106,25 +65,16 @@ static timed run(const gemm &g, int reps) {
       if (rep >= 2) CK(cudaEventElapsedTime(&ms[rep - 2], e0, e1));
     }
     if (!ok) continue;
-    /* median */
-    for (int a = 0; a < reps; a++)
-      for (int b = a + 1; b < reps; b++)
-        if (ms[b] < ms[a]) {
-          float x = ms[a];
-          ms[a] = ms[b];
-          ms[b] = x;
-        }
-    const float med = ms[reps / 2];
+    const float med = lt_median(ms, reps);
     if (i == 0) t.first_ms = med;
     if (med < t.best_ms) {
       t.best_ms = med;
       t.best_i = i;
-      describe(&r[i].algo, t.best_desc, sizeof t.best_desc);
+      lt_describe_algo(&r[i].algo, t.best_desc, sizeof t.best_desc);
     }
   }
   CK(cudaEventDestroy(e0));
   CK(cudaEventDestroy(e1));
-  cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lb);
   cublasLtMatrixLayoutDestroy(ld);

@@ -20,30 +20,12 @@
  * schedule is the median of 9 steps after 2. The products are the library's
  * (src/cuda/linear.cu, column-major terms).
  */
-#include <cublasLt.h>
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
+#include "lt_common.cuh"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                     \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
-    if (e_ != cudaSuccess) {                                                      \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
-#define LK(x)                                                                     \
-  do {                                                                            \
-    cublasStatus_t s_ = (x);                                                      \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                            \
-      fprintf(stderr, "%s:%d cublasLt status %d\n", __FILE__, __LINE__, (int)s_); \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
 
 static cublasLtHandle_t g_h;
 
@@ -75,30 +57,17 @@ static ready prepare(const gemm &g, float beta, size_t ws, const config *cfg = N
   ready r;
   r.beta = beta;
   r.rejected = false;
-  LK(cublasLtMatmulDescCreate(&r.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const int32_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  LK(cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  LK(cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  lt_describe_product(g.ta, g.tb, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, &r.desc, &r.la, &r.lb, &r.ld);
   if (g.sms > 0) {
     const int32_t s = g.sms;
     LK(cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &s, sizeof s));
   }
-  LK(cublasLtMatrixLayoutCreate(&r.la, CUDA_R_16BF, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda));
-  LK(cublasLtMatrixLayoutCreate(&r.lb, CUDA_R_16BF, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb));
-  LK(cublasLtMatrixLayoutCreate(&r.ld, CUDA_R_16BF, g.m, g.n, g.ldd));
-  cublasLtMatmulPreference_t pref;
-  LK(cublasLtMatmulPreferenceCreate(&pref));
-  LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                          sizeof ws));
   cublasLtMatmulHeuristicResult_t res;
-  int found = 0;
-  LK(cublasLtMatmulAlgoGetHeuristic(g_h, r.desc, r.la, r.lb, r.ld, r.ld, pref, 1, &res, &found));
-  if (found < 1) {
+  if (lt_heuristic(g_h, r.desc, r.la, r.lb, r.ld, ws, 1, &res) < 1) {
     fprintf(stderr, "no algorithm for %ld x %ld x %ld\n", g.m, g.n, g.k);
     exit(1);
   }
   r.algo = res.algo;
-  cublasLtMatmulPreferenceDestroy(pref);
   if (cfg) {
     int id = 0;
     size_t w = 0;
@@ -129,20 +98,6 @@ static void queue(const ready &r, const void *a, const void *b, void *d, void *w
                     wsb, s));
 }
 
-/* Uniform in [-scale, scale), from a hash of the index. */
-__global__ void fill_kernel(__nv_bfloat16 *p, size_t n, float scale, uint32_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t x = (uint32_t)i * 2654435761u ^ seed;
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    p[i] = __float2bfloat16(((float)(x >> 8) * (1.0f / 8388608.0f) - 1.0f) * scale);
-  }
-}
-
 /* The cross-entropy's stand-in: every element of the chunk read and
  * rewritten once (the forward kernel's gradient pass moves these bytes). */
 __global__ void touch_kernel(__nv_bfloat16 *z, long rows, long cols, long ld) {
@@ -168,17 +123,6 @@ struct bufs {
   cudaStream_t s0, s1, s2;
   cudaEvent_t g_ready, x_done, w_done;
 };
-
-static float median(float *v, int n) {
-  for (int a = 0; a < n; a++)
-    for (int b = a + 1; b < n; b++)
-      if (v[b] < v[a]) {
-        float t = v[a];
-        v[a] = v[b];
-        v[b] = t;
-      }
-  return v[n / 2];
-}
 
 /* One schedule: chunk rows, fork or not, SM targets for dX and dW. */
 static float step_ms(const bufs &B, long BT, long H, long V, long Vs, long chunk, bool fork, int sx,
@@ -229,7 +173,7 @@ static float step_ms(const bufs &B, long BT, long H, long V, long Vs, long chunk
   }
   CK(cudaEventDestroy(e0));
   CK(cudaEventDestroy(e1));
-  return median(ms, 9);
+  return lt_median(ms, 9);
 }
 
 /* The in-turn step at 488 rows with an event between every kernel: where the
@@ -312,7 +256,7 @@ static float whole_ms(const bufs &B, long BT, long H, long V) {
   ready dw = prepare({false, true, H, V, BT, H, V, H, 0}, 0.0f, B.wsb);
   __nv_bfloat16 *Zall;
   CK(cudaMalloc((void **)&Zall, (size_t)BT * V * 2));
-  fill_kernel<<<1024, 256>>>(Zall, (size_t)BT * V, 1.0f, 99u);
+  lt_fill(Zall, (size_t)BT * V, 1.0f, 99u);
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
@@ -327,7 +271,7 @@ static float whole_ms(const bufs &B, long BT, long H, long V) {
     if (rep >= 2) CK(cudaEventElapsedTime(&ms[rep - 2], e0, e1));
   }
   CK(cudaFree(Zall));
-  return median(ms, 9);
+  return lt_median(ms, 9);
 }
 
 static void alloc(bufs &B, long BT, long H, long V, long zrows) {
@@ -337,8 +281,8 @@ static void alloc(bufs &B, long BT, long H, long V, long zrows) {
   CK(cudaMalloc((void **)&B.Z, (size_t)zrows * Vs * 2));
   CK(cudaMalloc((void **)&B.dX, (size_t)BT * H * 2));
   CK(cudaMalloc((void **)&B.dW, (size_t)V * H * 2));
-  fill_kernel<<<1024, 256>>>(B.X, (size_t)BT * H, 1.7f, 1u);
-  fill_kernel<<<1024, 256>>>(B.W, (size_t)V * H, 1.7f / 32.0f, 2u);
+  lt_fill(B.X, (size_t)BT * H, 1.7f, 1u);
+  lt_fill(B.W, (size_t)V * H, 1.7f / 32.0f, 2u);
   CK(cudaDeviceSynchronize());
 }
 
