@@ -9,6 +9,8 @@
  *   dev-lt_overlap [BT H V]    (default 8192 4096 128256, bf16)
  *   dev-lt_overlap configs     dW's product with other cuBLASLt configurations
  *                              in the step of each benchmark shape
+ *   dev-lt_overlap dxconfigs   the same for dX's product (split-K among them),
+ *                              dW's in the library's configuration
  *
  * One step = for each chunk of rows: the logits product into the scratch
  * chunk, a stand-in for the cross-entropy (one read and one write of the
@@ -43,50 +45,86 @@ struct ready {
   cublasLtMatmulAlgo_t algo;
   float beta;
   bool rejected; /* the configuration asked for did not pass cublasLtMatmulAlgoCheck */
+  size_t ws;     /* the workspace it takes */
 };
 
 /* A configuration of cuBLASLt's SM90 algorithm (id 66) to put in place of
- * the heuristic's tile, cluster shape and custom option. */
+ * the heuristic's: tile 0, cluster kKeep16, custom kKeep32 and splitk 0
+ * keep the heuristic's; red is the split-K reduction scheme. */
+static const uint16_t kKeep16 = 0xffff;
+static const uint32_t kKeep32 = 0xffffffffu;
 struct config {
   uint32_t tile;
   uint16_t cluster;
   uint32_t custom;
+  int32_t splitk;
+  uint32_t red;
 };
+
+static void config_name(const config *c, char *out, size_t n) {
+  if (!c) {
+    snprintf(out, n, "heuristic");
+    return;
+  }
+  char t[16] = "-", cl[16] = "-", cu[16] = "-";
+  if (c->tile) snprintf(t, sizeof t, "%u", c->tile);
+  if (c->cluster != kKeep16) snprintf(cl, sizeof cl, "%u", (unsigned)c->cluster);
+  if (c->custom != kKeep32) snprintf(cu, sizeof cu, "%u", c->custom);
+  snprintf(out, n, "tile %s cluster %s custom %s%s", t, cl, cu, c->splitk > 1 ? " splitK" : "");
+  if (c->splitk > 1) {
+    const size_t used = strlen(out);
+    snprintf(out + used, n - used, " %d", c->splitk);
+  }
+}
 
 static ready prepare(const gemm &g, float beta, size_t ws, const config *cfg = NULL) {
   ready r;
   r.beta = beta;
   r.rejected = false;
+  r.ws = 0;
   lt_describe_product(g.ta, g.tb, g.m, g.n, g.k, g.lda, g.ldb, g.ldd, &r.desc, &r.la, &r.lb, &r.ld);
   if (g.sms > 0) {
     const int32_t s = g.sms;
     LK(cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &s, sizeof s));
   }
   cublasLtMatmulHeuristicResult_t res;
-  if (lt_heuristic(g_h, r.desc, r.la, r.lb, r.ld, ws, 1, &res) < 1) {
+  /* the heuristic within the library's 4 MiB; a configuration may take up to ws */
+  const size_t hws = ws < ((size_t)4 << 20) ? ws : ((size_t)4 << 20);
+  if (lt_heuristic(g_h, r.desc, r.la, r.lb, r.ld, hws, 1, &res) < 1) {
     fprintf(stderr, "no algorithm for %ld x %ld x %ld\n", g.m, g.n, g.k);
     exit(1);
   }
   r.algo = res.algo;
+  r.ws = res.workspaceSize;
   if (cfg) {
     int id = 0;
     size_t w = 0;
     cublasLtMatmulAlgo_t x = r.algo;
     cublasLtMatmulAlgoConfigGetAttribute(&x, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+    bool ok = id == 66;
+    if (ok && cfg->tile)
+      ok = cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_TILE_ID, &cfg->tile, 4) ==
+           CUBLAS_STATUS_SUCCESS;
+    if (ok && cfg->cluster != kKeep16)
+      ok = cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                                &cfg->cluster, 2) == CUBLAS_STATUS_SUCCESS;
+    if (ok && cfg->custom != kKeep32)
+      ok = cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
+                                                &cfg->custom, 4) == CUBLAS_STATUS_SUCCESS;
+    if (ok && cfg->splitk > 0)
+      ok = cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &cfg->splitk,
+                                                4) == CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                &cfg->red, 4) == CUBLAS_STATUS_SUCCESS;
     cublasLtMatmulHeuristicResult_t chk;
-    if (id == 66 &&
-        cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_TILE_ID, &cfg->tile, 4) ==
-            CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
-                                             &cfg->cluster, 2) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulAlgoConfigSetAttribute(&x, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &cfg->custom,
-                                             4) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulAlgoCheck(g_h, r.desc, r.la, r.lb, r.ld, r.ld, &x, &chk) ==
-            CUBLAS_STATUS_SUCCESS &&
-        chk.workspaceSize <= ws)
+    if (ok && cublasLtMatmulAlgoCheck(g_h, r.desc, r.la, r.lb, r.ld, r.ld, &x, &chk) ==
+                  CUBLAS_STATUS_SUCCESS &&
+        chk.workspaceSize <= ws) {
       r.algo = x;
-    else
+      r.ws = chk.workspaceSize;
+    } else {
       r.rejected = true;
+    }
   }
   return r;
 }
@@ -180,20 +218,24 @@ static float step_ms(const bufs &B, long BT, long H, long V, long Vs, long chunk
  * sustained step's time goes, product by product (ms over the step, median
  * step of 9). */
 static float breakdown(const bufs &B, long BT, long H, long V, long Vs, long chunk,
-                       const config *cfg = NULL) {
+                       const config *cfg = NULL, const config *xcfg = NULL,
+                       size_t xws = 4u << 20) {
   const long count = (BT + chunk - 1) / chunk;
   const long last = BT - (count - 1) * chunk;
   const long ns[2] = {chunk, last};
   ready lg[2], dx[2], dw[2], dw0[2];
   for (int i = 0; i < 2; i++) {
     lg[i] = prepare({true, false, V, ns[i], H, H, H, Vs, 0}, 0.0f, B.wsb);
-    dx[i] = prepare({false, false, H, ns[i], V, H, Vs, H, 0}, 0.0f, B.wsb);
+    dx[i] = prepare({false, false, H, ns[i], V, H, Vs, H, 0}, 0.0f, xws, xcfg);
     dw[i] = prepare({false, true, H, V, ns[i], H, Vs, H, 0}, 1.0f, B.wsb, cfg);
     dw0[i] = prepare({false, true, H, V, ns[i], H, Vs, H, 0}, 0.0f, B.wsb, cfg);
   }
-  if (dw[0].rejected || dw[1].rejected || dw0[0].rejected || dw0[1].rejected) {
-    printf("  tile %u cluster %u custom %u: rejected by cuBLASLt\n", cfg->tile,
-           (unsigned)cfg->cluster, cfg->custom);
+  char who[64], xwho[64];
+  config_name(cfg, who, sizeof who);
+  config_name(xcfg, xwho, sizeof xwho);
+  if (dw[0].rejected || dw[1].rejected || dw0[0].rejected || dw0[1].rejected || dx[0].rejected ||
+      dx[1].rejected) {
+    printf("  dW %s, dX %s: rejected by cuBLASLt\n", who, xwho);
     return -1.0f;
   }
   static cudaEvent_t ev[128][5];
@@ -209,7 +251,7 @@ static float breakdown(const bufs &B, long BT, long H, long V, long Vs, long chu
       CK(cudaEventRecord(ev[c][1], B.s0));
       touch_kernel<<<132 * 8, 256, 0, B.s0>>>(B.Z, ns[i], Vs, Vs);
       CK(cudaEventRecord(ev[c][2], B.s0));
-      queue(dx[i], B.W, B.Z, B.dX + c * chunk * H, B.ws0, B.wsb, B.s0);
+      queue(dx[i], B.W, B.Z, B.dX + c * chunk * H, B.ws0, xws, B.s0);
       CK(cudaEventRecord(ev[c][3], B.s0));
       queue(c ? dw[i] : dw0[i], xc, B.Z, B.dW, B.ws0, B.wsb, B.s0);
       CK(cudaEventRecord(ev[c][4], B.s0));
@@ -237,13 +279,15 @@ static float breakdown(const bufs &B, long BT, long H, long V, long Vs, long chu
       }
   const int m = order[4];
   const double f = 2.0 * (double)BT * H * V / 1e9;
-  char who[64] = "heuristic";
-  if (cfg)
-    snprintf(who, sizeof who, "tile %u cluster %u custom %u", cfg->tile, (unsigned)cfg->cluster,
-             cfg->custom);
-  printf("  chunk %4ld, dW %-28s step %7.3f ms = logits %6.3f (%3.0f TF/s) + stand-in %5.3f + "
-         "dX %6.3f (%3.0f) + dW %6.3f (%3.0f)\n", chunk, who, total[m], sums[m][0],
-         f / sums[m][0], sums[m][1], sums[m][2], f / sums[m][2], sums[m][3], f / sums[m][3]);
+  if (xcfg)
+    printf("  chunk %4ld, dX %-36s (workspace %5zu KiB) step %7.3f ms = logits %6.3f (%3.0f "
+           "TF/s) + stand-in %5.3f + dX %6.3f (%3.0f) + dW %6.3f (%3.0f)\n", chunk, xwho,
+           dx[0].ws >> 10, total[m], sums[m][0], f / sums[m][0], sums[m][1], sums[m][2],
+           f / sums[m][2], sums[m][3], f / sums[m][3]);
+  else
+    printf("  chunk %4ld, dW %-28s step %7.3f ms = logits %6.3f (%3.0f TF/s) + stand-in %5.3f + "
+           "dX %6.3f (%3.0f) + dW %6.3f (%3.0f)\n", chunk, who, total[m], sums[m][0],
+           f / sums[m][0], sums[m][1], sums[m][2], f / sums[m][2], sums[m][3], f / sums[m][3]);
   for (long c = 0; c < count; c++)
     for (int j = 0; j < 5; j++) CK(cudaEventDestroy(ev[c][j]));
   return total[m];
@@ -336,11 +380,11 @@ static void configs(bufs &B) {
       {8192, 2048, 128256, 488}, {2048, 4096, 128256, 112}, {32768, 4096, 128256, 1928},
   };
   const config cfgs[] = {
-      {CUBLASLT_MATMUL_TILE_256x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 2},
-      {CUBLASLT_MATMUL_TILE_256x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 0},
-      {CUBLASLT_MATMUL_TILE_192x112, CUBLASLT_CLUSTER_SHAPE_2x1x1, 3},
-      {CUBLASLT_MATMUL_TILE_320x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 2},
-      {CUBLASLT_MATMUL_TILE_128x128, CUBLASLT_CLUSTER_SHAPE_2x1x1, 0},
+      {CUBLASLT_MATMUL_TILE_256x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 2, 0, 0},
+      {CUBLASLT_MATMUL_TILE_256x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 0, 0, 0},
+      {CUBLASLT_MATMUL_TILE_192x112, CUBLASLT_CLUSTER_SHAPE_2x1x1, 3, 0, 0},
+      {CUBLASLT_MATMUL_TILE_320x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 2, 0, 0},
+      {CUBLASLT_MATMUL_TILE_128x128, CUBLASLT_CLUSTER_SHAPE_2x1x1, 0, 0, 0},
   };
   for (const shape &sh : shapes) {
     const long Vs = (sh.V + 7) / 8 * 8;
@@ -357,8 +401,49 @@ static void configs(bufs &B) {
   }
 }
 
+/* dX's product in other configurations (split-K among them), dW's in the
+ * library's since v28, in the step of each benchmark shape at the library's
+ * default chunk; each with the workspace it takes (up to 64 MiB here, where
+ * the library gives 4 MiB). */
+static void dxconfigs(bufs &B) {
+  struct shape {
+    long BT, H, V, chunk;
+  };
+  const shape shapes[] = {
+      {8192, 2304, 256000, 488}, {4096, 4096, 128256, 232}, {8192, 4096, 128256, 488},
+      {8192, 2048, 128256, 488}, {2048, 4096, 128256, 112}, {32768, 4096, 128256, 1928},
+  };
+  const config dw = {CUBLASLT_MATMUL_TILE_256x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 2, 0, 0};
+  const uint32_t kRed = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  const config cfgs[] = {
+      {0, CUBLASLT_CLUSTER_SHAPE_4x1x1, kKeep32, 0, 0},
+      {0, kKeep16, kKeep32, 2, kRed},
+      {0, kKeep16, kKeep32, 4, kRed},
+      {CUBLASLT_MATMUL_TILE_256x128, CUBLASLT_CLUSTER_SHAPE_1x2x1, 6, 4, kRed},
+      {CUBLASLT_MATMUL_TILE_144x256, CUBLASLT_CLUSTER_SHAPE_1x1x1, 4, 4, kRed},
+      {CUBLASLT_MATMUL_TILE_128x256, CUBLASLT_CLUSTER_SHAPE_1x1x1, 4, 2, kRed},
+      {CUBLASLT_MATMUL_TILE_64x168, CUBLASLT_CLUSTER_SHAPE_4x1x1, 1, 0, 0},
+      {CUBLASLT_MATMUL_TILE_128x80, CUBLASLT_CLUSTER_SHAPE_4x1x1, 1, 0, 0},
+  };
+  const size_t big = 64u << 20;
+  for (const shape &sh : shapes) {
+    const long Vs = (sh.V + 7) / 8 * 8;
+    alloc(B, sh.BT, sh.H, sh.V, sh.chunk);
+    printf("BT=%ld H=%ld V=%ld, whole products %.3f ms\n", sh.BT, sh.H, sh.V,
+           whole_ms(B, sh.BT, sh.H, sh.V));
+    const float base = breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk, &dw);
+    for (const config &c : cfgs) {
+      const float t = breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk, &dw, &c, big);
+      if (t > 0) printf("    %.3fx the step with dX's heuristic\n", t / base);
+    }
+    breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk, &dw); /* the drift over the shape's runs */
+    release(B);
+  }
+}
+
 int main(int argc, char **argv) {
-  const bool cfg_mode = argc > 1 && strcmp(argv[1], "configs") == 0;
+  const bool dx_mode = argc > 1 && strcmp(argv[1], "dxconfigs") == 0;
+  const bool cfg_mode = dx_mode || (argc > 1 && strcmp(argv[1], "configs") == 0);
   long BT = 8192, H = 4096, V = 128256;
   if (!cfg_mode && argc == 4) {
     BT = atol(argv[1]);
@@ -370,7 +455,7 @@ int main(int argc, char **argv) {
   LK(cublasLtCreate(&g_h));
   bufs B;
   B.wsb = 4u << 20; /* the library's cuBLASLt workspace */
-  CK(cudaMalloc(&B.ws0, B.wsb));
+  CK(cudaMalloc(&B.ws0, 64u << 20)); /* dxconfigs lets dX's product take up to 64 MiB */
   CK(cudaMalloc(&B.ws1, B.wsb));
   CK(cudaStreamCreateWithFlags(&B.s0, cudaStreamNonBlocking));
   CK(cudaStreamCreateWithFlags(&B.s1, cudaStreamNonBlocking));
@@ -379,8 +464,12 @@ int main(int argc, char **argv) {
   CK(cudaEventCreateWithFlags(&B.x_done, cudaEventDisableTiming));
   CK(cudaEventCreateWithFlags(&B.w_done, cudaEventDisableTiming));
   if (cfg_mode) {
-    printf("lt_overlap configs: bf16, %d SMs, cuBLASLt workspace 4 MiB, steps in turn\n", sms);
-    configs(B);
+    printf("lt_overlap %s: bf16, %d SMs, cuBLASLt workspace 4 MiB, steps in turn\n",
+           dx_mode ? "dxconfigs" : "configs", sms);
+    if (dx_mode)
+      dxconfigs(B);
+    else
+      configs(B);
     return 0;
   }
   printf("lt_overlap BT=%ld H=%ld V=%ld bf16, %d SMs, cuBLASLt workspace 4 MiB (halves when "
