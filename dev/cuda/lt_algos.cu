@@ -260,12 +260,8 @@ int main(int argc, char **argv) {
   CK(cudaEventCreate(&g_e0));
   CK(cudaEventCreate(&g_e1));
   const long Vs = (V + 7) / 8 * 8;
-  __nv_bfloat16 *X, *W, *Z, *dX, *dW;
-  CK(cudaMalloc((void **)&X, (size_t)BT * H * 2));
-  CK(cudaMalloc((void **)&W, (size_t)V * H * 2));
-  CK(cudaMalloc((void **)&Z, (size_t)BT * Vs * 2));
-  CK(cudaMalloc((void **)&dX, (size_t)BT * H * 2));
-  CK(cudaMalloc((void **)&dW, (size_t)V * H * 2));
+  const lt_operands o = lt_alloc(BT, H, V, BT);
+  __nv_bfloat16 *X = o.X, *W = o.W, *Z = o.Z, *dX = o.dX, *dW = o.dW;
   lt_fill(X, (size_t)BT * H, 1.7f, 1u);
   lt_fill(W, (size_t)V * H, 1.7f / 32.0f, 2u);
   lt_fill(Z, (size_t)BT * Vs, 1.0f, 3u);

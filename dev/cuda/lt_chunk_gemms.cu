@@ -92,12 +92,8 @@ int main(int argc, char **argv) {
   LK(cublasLtCreate(&g_h));
   CK(cudaMalloc(&g_ws, kWs));
   const long Vs = (V + 7) / 8 * 8; /* the chunk's row stride, as the library pads it */
-  __nv_bfloat16 *X, *W, *Z, *dX, *dW;
-  CK(cudaMalloc((void **)&X, (size_t)BT * H * 2));
-  CK(cudaMalloc((void **)&W, (size_t)V * H * 2));
-  CK(cudaMalloc((void **)&Z, (size_t)BT * Vs * 2));
-  CK(cudaMalloc((void **)&dX, (size_t)BT * H * 2));
-  CK(cudaMalloc((void **)&dW, (size_t)V * H * 2));
+  const lt_operands o = lt_alloc(BT, H, V, BT);
+  __nv_bfloat16 *X = o.X, *W = o.W, *Z = o.Z, *dX = o.dX, *dW = o.dW;
   /* small values: no infinities in the products */
   CK(cudaMemset(X, 0x3c, (size_t)BT * H * 2));
   CK(cudaMemset(W, 0x3c, (size_t)V * H * 2));

@@ -51,6 +51,32 @@ static inline void lt_fill(__nv_bfloat16 *p, size_t n, float scale, uint32_t see
   CK(cudaGetLastError());
 }
 
+/* The three products' operands in bf16: X (BT x H), W (V x H), the logits
+ * Z (zrows x V rounded up to 8, as the library pads a chunk's rows), dX
+ * (BT x H) and dW (V x H); not filled. */
+struct lt_operands {
+  __nv_bfloat16 *X, *W, *Z, *dX, *dW;
+};
+
+static inline lt_operands lt_alloc(long BT, long H, long V, long zrows) {
+  const long Vs = (V + 7) / 8 * 8;
+  lt_operands o;
+  CK(cudaMalloc((void **)&o.X, (size_t)BT * H * 2));
+  CK(cudaMalloc((void **)&o.W, (size_t)V * H * 2));
+  CK(cudaMalloc((void **)&o.Z, (size_t)zrows * Vs * 2));
+  CK(cudaMalloc((void **)&o.dX, (size_t)BT * H * 2));
+  CK(cudaMalloc((void **)&o.dW, (size_t)V * H * 2));
+  return o;
+}
+
+static inline void lt_free(lt_operands &o) {
+  CK(cudaFree(o.X));
+  CK(cudaFree(o.W));
+  CK(cudaFree(o.Z));
+  CK(cudaFree(o.dX));
+  CK(cudaFree(o.dW));
+}
+
 /* The median of v[0 .. n-1] (sorts v). */
 static inline float lt_median(float *v, int n) {
   for (int a = 0; a < n; a++)

@@ -154,8 +154,7 @@ __global__ void touch_kernel(__nv_bfloat16 *z, long rows, long cols, long ld) {
   }
 }
 
-struct bufs {
-  __nv_bfloat16 *X, *W, *Z, *dX, *dW;
+struct bufs : lt_operands {
   void *ws0, *ws1;
   size_t wsb;
   cudaStream_t s0, s1, s2;
@@ -319,24 +318,13 @@ static float whole_ms(const bufs &B, long BT, long H, long V) {
 }
 
 static void alloc(bufs &B, long BT, long H, long V, long zrows) {
-  const long Vs = (V + 7) / 8 * 8;
-  CK(cudaMalloc((void **)&B.X, (size_t)BT * H * 2));
-  CK(cudaMalloc((void **)&B.W, (size_t)V * H * 2));
-  CK(cudaMalloc((void **)&B.Z, (size_t)zrows * Vs * 2));
-  CK(cudaMalloc((void **)&B.dX, (size_t)BT * H * 2));
-  CK(cudaMalloc((void **)&B.dW, (size_t)V * H * 2));
+  static_cast<lt_operands &>(B) = lt_alloc(BT, H, V, zrows);
   lt_fill(B.X, (size_t)BT * H, 1.7f, 1u);
   lt_fill(B.W, (size_t)V * H, 1.7f / 32.0f, 2u);
   CK(cudaDeviceSynchronize());
 }
 
-static void release(bufs &B) {
-  CK(cudaFree(B.X));
-  CK(cudaFree(B.W));
-  CK(cudaFree(B.Z));
-  CK(cudaFree(B.dX));
-  CK(cudaFree(B.dW));
-}
+static void release(bufs &B) { lt_free(B); }
 
 /* The schedules at one shape: in turn, forked, SM splits, chunk sizes. */
 static void schedules(bufs &B, long BT, long H, long V) {
@@ -368,17 +356,40 @@ static void schedules(bufs &B, long BT, long H, long V) {
   release(B);
 }
 
+/* The benchmark shapes at the library's default chunk. */
+struct shape {
+  long BT, H, V, chunk;
+};
+static const shape kShapes[] = {
+    {8192, 4096, 128256, 488}, {8192, 2304, 256000, 488}, {4096, 4096, 128256, 232},
+    {8192, 2048, 128256, 488}, {2048, 4096, 128256, 112}, {32768, 4096, 128256, 1928},
+};
+
+/* At each benchmark shape: the step as a base (dW in `dw`, NULL for the
+ * heuristic's; dX in the heuristic's), then with each of `n` configurations
+ * in place of dW's (for_dx false) or of dX's (true: up to 64 MiB of
+ * workspace, where the library gives 4), then the base again for the
+ * drift over the shape's runs. */
+static void sweep(bufs &B, const config *dw, const config *cfgs, int n, bool for_dx) {
+  for (const shape &sh : kShapes) {
+    const long Vs = (sh.V + 7) / 8 * 8;
+    alloc(B, sh.BT, sh.H, sh.V, sh.chunk);
+    printf("BT=%ld H=%ld V=%ld, whole products %.3f ms\n", sh.BT, sh.H, sh.V,
+           whole_ms(B, sh.BT, sh.H, sh.V));
+    const float base = breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk, dw);
+    for (int i = 0; i < n; i++) {
+      const float t = for_dx ? breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk, dw, &cfgs[i], 64u << 20)
+                             : breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk, &cfgs[i]);
+      if (t > 0) printf("    %.3fx the base step\n", t / base);
+    }
+    breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk, dw);
+    release(B);
+  }
+}
+
 /* dW's product with the heuristic's choice against the configurations the
- * exhaustive search (dev-lt_algos) ranked first at 488 rows, in the step of
- * each benchmark shape at the library's default chunk. */
+ * exhaustive search (dev-lt_algos) ranked first at 488 rows. */
 static void configs(bufs &B) {
-  struct shape {
-    long BT, H, V, chunk;
-  };
-  const shape shapes[] = {
-      {8192, 4096, 128256, 488}, {8192, 2304, 256000, 488}, {4096, 4096, 128256, 232},
-      {8192, 2048, 128256, 488}, {2048, 4096, 128256, 112}, {32768, 4096, 128256, 1928},
-  };
   const config cfgs[] = {
       {CUBLASLT_MATMUL_TILE_256x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 2, 0, 0},
       {CUBLASLT_MATMUL_TILE_256x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 0, 0, 0},
@@ -386,33 +397,12 @@ static void configs(bufs &B) {
       {CUBLASLT_MATMUL_TILE_320x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 2, 0, 0},
       {CUBLASLT_MATMUL_TILE_128x128, CUBLASLT_CLUSTER_SHAPE_2x1x1, 0, 0, 0},
   };
-  for (const shape &sh : shapes) {
-    const long Vs = (sh.V + 7) / 8 * 8;
-    alloc(B, sh.BT, sh.H, sh.V, sh.chunk);
-    printf("BT=%ld H=%ld V=%ld, whole products %.3f ms\n", sh.BT, sh.H, sh.V,
-           whole_ms(B, sh.BT, sh.H, sh.V));
-    const float base = breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk);
-    for (const config &c : cfgs) {
-      const float t = breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk, &c);
-      if (t > 0) printf("    %.3fx the heuristic's step\n", t / base);
-    }
-    breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk); /* the drift over the shape's runs */
-    release(B);
-  }
+  sweep(B, NULL, cfgs, (int)(sizeof cfgs / sizeof cfgs[0]), false);
 }
 
 /* dX's product in other configurations (split-K among them), dW's in the
- * library's since v28, in the step of each benchmark shape at the library's
- * default chunk; each with the workspace it takes (up to 64 MiB here, where
- * the library gives 4 MiB). */
+ * library's since v28; each with the workspace it takes. */
 static void dxconfigs(bufs &B) {
-  struct shape {
-    long BT, H, V, chunk;
-  };
-  const shape shapes[] = {
-      {8192, 2304, 256000, 488}, {4096, 4096, 128256, 232}, {8192, 4096, 128256, 488},
-      {8192, 2048, 128256, 488}, {2048, 4096, 128256, 112}, {32768, 4096, 128256, 1928},
-  };
   const config dw = {CUBLASLT_MATMUL_TILE_256x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 2, 0, 0};
   const uint32_t kRed = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
   const config cfgs[] = {
@@ -425,20 +415,7 @@ static void dxconfigs(bufs &B) {
       {CUBLASLT_MATMUL_TILE_64x168, CUBLASLT_CLUSTER_SHAPE_4x1x1, 1, 0, 0},
       {CUBLASLT_MATMUL_TILE_128x80, CUBLASLT_CLUSTER_SHAPE_4x1x1, 1, 0, 0},
   };
-  const size_t big = 64u << 20;
-  for (const shape &sh : shapes) {
-    const long Vs = (sh.V + 7) / 8 * 8;
-    alloc(B, sh.BT, sh.H, sh.V, sh.chunk);
-    printf("BT=%ld H=%ld V=%ld, whole products %.3f ms\n", sh.BT, sh.H, sh.V,
-           whole_ms(B, sh.BT, sh.H, sh.V));
-    const float base = breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk, &dw);
-    for (const config &c : cfgs) {
-      const float t = breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk, &dw, &c, big);
-      if (t > 0) printf("    %.3fx the step with dX's heuristic\n", t / base);
-    }
-    breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk, &dw); /* the drift over the shape's runs */
-    release(B);
-  }
+  sweep(B, &dw, cfgs, (int)(sizeof cfgs / sizeof cfgs[0]), true);
 }
 
 int main(int argc, char **argv) {
