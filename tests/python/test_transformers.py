@@ -223,6 +223,7 @@ def _fsdp_worker(rank, world, path, out):
 
     dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=world)
     result = {}
+    stock = ours = a = b = None
     try:
         torch.manual_seed(0)
         stock = transformers.LlamaForCausalLM(_config("llama"))
@@ -249,6 +250,13 @@ def _fsdp_worker(rank, world, path, out):
         result["exception"] = traceback.format_exc()
     with open(f"{out}.{rank}", "wb") as f:
         pickle.dump(result, f)
+    # Tear down together and with nothing left in flight: a rank that destroys
+    # its group while the other still talks to it, or with FSDP's tensors still
+    # held by gloo's threads, can abort at exit (seen once in CI).
+    del stock, ours, a, b
+    import gc
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
 
 
