@@ -388,23 +388,55 @@ typedef struct xent_linear_input {
   const float *class_weights; /* optional class weights, V finite floats                  */
 } xent_linear_input;
 
+/* How a call with gradients is cut into pieces that fit the scratch (a
+ * forward-only call always takes rows). Both backends run both schedules;
+ * the results agree to rounding.
+ *
+ * Rows: a chunk of rows at a time over the whole vocabulary, as above. Three
+ * products, but dW is read and written once per chunk: at the default budget
+ * about 17 chunks whatever BT is, so the smaller the batch the larger that
+ * traffic's share of the step.
+ *
+ * Vocab: a slab of the vocabulary's columns at a time over every row, in two
+ * passes. Pass 1, per slab: the logits and each row's partial statistics
+ * (the vocabulary-parallel records below, one per slab); pass 2, per slab:
+ * the logits again, their gradient from the merged statistics, dW_s = G_s^T
+ * X (each slab of dW written once) and dX += G_s W_s. Four products, the
+ * logits' twice. dX is the gradient summed over the pieces here: in its own
+ * dtype on the GPU (one rounding per slab), in fp32 with XENT_ACCUM_FP32
+ * (BT x H x 4 bytes beside the budget) and always on the CPU. Meant for
+ * small batches, where dW's traffic over the rows' chunks costs more than a
+ * fourth product (bench/NOTES.md has the estimate). chunk_rows must be 0.
+ *
+ * Auto (default): rows. */
+typedef enum xent_linear_schedule {
+  XENT_SCHEDULE_AUTO = 0,
+  XENT_SCHEDULE_ROWS = 1,
+  XENT_SCHEDULE_VOCAB = 2
+} xent_linear_schedule;
+
 typedef struct xent_linear_options {
   int use_token_scaling;     /* 0 (default) or 1, see above                              */
-  int64_t chunk_rows;        /* rows per chunk; 0 (default): from memory_budget          */
+  int64_t chunk_rows;        /* rows per chunk (rows schedule); 0 (default): from
+                                memory_budget                                            */
   size_t memory_budget;      /* bytes of scratch when chunk_rows is 0; 0 (default): 1/16
                                 of the logits' bytes                                     */
+  xent_linear_schedule schedule; /* XENT_SCHEDULE_AUTO                                   */
 } xent_linear_options;
 
-#define XENT_LINEAR_OPTIONS_INIT {0, 0, 0}
+#define XENT_LINEAR_OPTIONS_INIT {0, 0, 0, XENT_SCHEDULE_AUTO}
 
-/* How the weight's gradient is added up over the chunks. */
+/* How the gradient that is summed over the pieces is added up: the weight's
+ * over the rows schedule's chunks, the hidden states' over the vocab
+ * schedule's slabs (the other one is written once, whole). */
 typedef enum xent_accum {
-  /* Default: in grad_weight itself, in its dtype (a bf16 gradient takes one
-   * rounding per chunk; an fp32 one is exact in fp32). */
+  /* Default: in the gradient itself, in its dtype (a bf16 gradient takes one
+   * rounding per piece; an fp32 one is exact in fp32). */
   XENT_ACCUM_GRAD = 0,
-  /* In an fp32 V x H buffer of the workspace, rounded into grad_weight once
-   * at the end (the peer's accum_dtype=float32). Costs V * H * 4 bytes of
-   * scratch when grad_weight is not fp32 already. */
+  /* In an fp32 buffer of the workspace, rounded into the gradient once at
+   * the end (the peer's accum_dtype=float32). Costs V * H * 4 bytes of
+   * scratch (rows schedule) or BT * H * 4 (vocab) when that gradient is not
+   * fp32 already. */
   XENT_ACCUM_FP32 = 1
 } xent_accum;
 
@@ -418,7 +450,7 @@ typedef struct xent_linear_grads {
   void *bias;                /* optional dL/db: V values (needs a bias)                  */
   xent_dtype bias_dtype;     /* the input's dtype or XENT_FLOAT32                        */
   int accumulate;            /* 0: overwrite the gradients; 1: add to what they hold     */
-  xent_accum weight_accum;   /* XENT_ACCUM_GRAD                                          */
+  xent_accum weight_accum;   /* XENT_ACCUM_GRAD: of the summed gradient (xent_accum)    */
   const float *grad_output;  /* optional upstream gradient: 1 value (mean, sum) or rows
                                 values (none), on the inputs' side; NULL: 1              */
   int64_t grad_output_count; /* 1 or rows when grad_output is set                        */

@@ -85,6 +85,11 @@ XENT_API const char *xent_experimental_last_backward(void);
  * measurement, not the heuristic's), or "none". */
 XENT_API const char *xent_experimental_last_product(void);
 
+/* How this thread's last fused linear call that passed its checks was cut
+ * (xent.h, xent_linear_schedule): "rows chunk=488 chunks=17" or "vocab
+ * slab=6416 slabs=20", or "none". */
+XENT_API const char *xent_experimental_last_linear(void);
+
 #ifdef __cplusplus
 }
 #endif

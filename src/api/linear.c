@@ -3,14 +3,21 @@
  * the chunk plan, and dispatch to a backend. As in xent.c, every argument
  * the host can see is checked before anything the caller owns is written.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "api/checks.h"
 #include "common/dtype.h"
 #include "common/error.h"
 #include "common/linear.h"
+#include "common/vp.h"
 #include "cpu/cpu.h"
 #include "cuda/cuda.h"
+#include "xent_experimental.h"
+
+static _Thread_local char last_linear[64] = "none";
+
+const char *xent_experimental_last_linear(void) { return last_linear; }
 
 static const char *dtype_name(xent_dtype d) {
   return d == XENT_FLOAT32 ? "float32" : d == XENT_BFLOAT16 ? "bfloat16" : "float16";
@@ -27,8 +34,37 @@ static xent_status check_grad_dtype(const char *name, xent_dtype g, xent_dtype i
   return XENT_OK;
 }
 
-static int fp32_accumulator(const xent_linear_grads *g) {
-  return g && g->weight && g->weight_accum == XENT_ACCUM_FP32 && g->weight_dtype != XENT_FLOAT32;
+/* What the plan needs to know of a call (grads NULL: a forward). */
+static xent_linear_facts plan_facts(const xent_linear_input *in, const xent_linear_grads *g) {
+  xent_linear_facts f;
+  memset(&f, 0, sizeof f);
+  f.rows = in->rows;
+  f.vocab = in->vocab;
+  f.hidden = in->hidden_size;
+  f.elem_bytes = xent_dtype_size(in->dtype);
+  if (g) {
+    f.weight_grad = g->weight ? xent_dtype_size(g->weight_dtype) : 0;
+    f.hidden_grad = g->hidden ? xent_dtype_size(g->hidden_dtype) : 0;
+    f.bias_grad = g->bias != NULL;
+    f.accum_fp32 = g->weight_accum == XENT_ACCUM_FP32;
+  }
+  /* the full record whatever the options: the plan, and so the workspace's
+   * size, depends on the shapes and the gradients only */
+  f.record = XENT_VP_FULL;
+  return f;
+}
+
+static xent_status check_schedule(const xent_linear_options *lo) {
+  if (lo->schedule != XENT_SCHEDULE_AUTO && lo->schedule != XENT_SCHEDULE_ROWS &&
+      lo->schedule != XENT_SCHEDULE_VOCAB)
+    return xent_fail(XENT_ERROR_BAD_ENUM, "schedule %d is not a xent_linear_schedule",
+                     (int)lo->schedule);
+  if (lo->schedule == XENT_SCHEDULE_VOCAB && lo->chunk_rows > 0)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "chunk_rows is %lld with schedule XENT_SCHEDULE_VOCAB; chunk_rows sets the "
+                     "rows schedule's chunks (use memory_budget, or 0)",
+                     (long long)lo->chunk_rows);
+  return XENT_OK;
 }
 
 static xent_status shape_checks(const xent_linear_input *in) {
@@ -55,11 +91,12 @@ size_t xent_linear_workspace_size(const xent_linear_input *in, const xent_linear
   if (shape_checks(in)) return 0;
   xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
   if (lopt) lo = *lopt;
+  if (check_schedule(&lo)) return 0;
+  const xent_linear_facts f = plan_facts(in, grads);
   xent_linear_plan plan;
-  if (xent_linear_make_plan(in->rows, in->vocab, in->hidden_size, xent_dtype_size(in->dtype),
-                            &lo, grads && grads->bias, fp32_accumulator(grads), &plan)) {
-    xent_fail(XENT_ERROR_BAD_ARGUMENT, "memory_budget %zu bytes cannot hold one row of logits",
-              lo.memory_budget);
+  if (xent_linear_make_plan(&f, &lo, &plan)) {
+    xent_fail(XENT_ERROR_BAD_ARGUMENT, "memory_budget %zu bytes cannot hold one %s of logits",
+              lo.memory_budget, lo.schedule == XENT_SCHEDULE_VOCAB ? "slab" : "row");
     return 0;
   }
   return plan.total;
@@ -110,6 +147,7 @@ static xent_status linear_common(const xent_linear_input *in, const xent_options
   if (lo.chunk_rows < 0)
     return xent_fail(XENT_ERROR_BAD_ARGUMENT, "chunk_rows is %lld; it must be >= 0",
                      (long long)lo.chunk_rows);
+  if ((st = check_schedule(&lo))) return st;
 
   if (grads) {
     xent_linear_grads g = *grads;
@@ -170,13 +208,27 @@ static xent_status linear_common(const xent_linear_input *in, const xent_options
   xent_sides_add(&sides, "grads->grad_output", c.g.grad_output);
   if ((st = xent_resolve(&c.ex, &sides))) return st;
 
-  if (xent_linear_make_plan(rows, V, H, xent_dtype_size(in->dtype), &lo, c.g.bias != NULL,
-                            fp32_accumulator(&c.g), &c.plan))
+  const xent_linear_facts facts = plan_facts(in, grads ? &c.g : NULL);
+  if (xent_linear_make_plan(&facts, &lo, &c.plan)) {
+    if (lo.schedule == XENT_SCHEDULE_VOCAB && c.backward)
+      return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                       "memory_budget %zu bytes cannot hold a slab of %d columns of every row "
+                       "(%lld bytes each) and the fixed scratch", lo.memory_budget,
+                       XENT_LINEAR_MIN_SLAB,
+                       (long long)(rows * (int64_t)xent_dtype_size(in->dtype)));
     return xent_fail(XENT_ERROR_BAD_ARGUMENT,
                      "memory_budget %zu bytes cannot hold one row of logits (%lld bytes) and "
                      "the fixed scratch", lo.memory_budget,
                      (long long)(V * (int64_t)xent_dtype_size(in->dtype)));
+  }
 
+  if (c.plan.by_vocab)
+    snprintf(last_linear, sizeof last_linear, "vocab slab=%lld slabs=%lld",
+             (long long)c.plan.slab, (long long)c.plan.slabs);
+  else
+    snprintf(last_linear, sizeof last_linear, "rows chunk=%lld chunks=%lld",
+             (long long)c.plan.chunk,
+             (long long)(c.plan.chunk > 0 ? (rows + c.plan.chunk - 1) / c.plan.chunk : 0));
   if (c.ex.backend == XENT_BACKEND_CPU) {
     if ((st = xent_check_host_targets(in->targets, in->target_type, rows, V, opt->ignore_index,
                                       in->class_weights, "class_weights")))

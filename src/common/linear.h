@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/workspace.h"
 #include "xent.h"
@@ -20,20 +21,40 @@ extern "C" {
 /* The CUDA scratch area of a call, in this order, each part 256-byte
  * aligned:
  *   ce       the cross-entropy workspace over all rows (workspace.h)
- *   logits   one chunk of logits, chunk x V in the input's dtype; the
- *            chunk's gradient is written over it
+ *   logits   one piece of logits in the input's dtype: chunk x V (rows
+ *            schedule) or rows x slab (vocab); its gradient is written over it
  *   lt       cuBLASLt's workspace
  *   bias     fp32 sums of the bias gradient (V floats), when asked for
- *   weight   the fp32 accumulator of XENT_ACCUM_FP32 (V x H floats), when
- *            grad_weight is not fp32 already */
+ *   weight   the fp32 accumulator of XENT_ACCUM_FP32 (V x H floats), rows
+ *            schedule, when grad_weight is not fp32 already
+ *   records  vocab schedule: a record per row and slab (slabs x rows x record
+ *            floats, the vocabulary-parallel layout with the slabs as ranks)
+ *   hidden   vocab schedule: the fp32 accumulator of XENT_ACCUM_FP32 (rows x H
+ *            floats), when grad_hidden is not fp32 already */
 typedef struct xent_linear_plan {
-  int64_t chunk;        /* rows per chunk, >= 1 (0 for rows == 0)            */
-  int64_t chunk_stride; /* elements between the chunk's rows: V rounded up to
-                           16 bytes, for vector loads and cuBLASLt's TMA     */
-  size_t ce, logits, lt, bias, weight; /* offsets                            */
+  int by_vocab;         /* 1: the vocab schedule (xent.h)                        */
+  int64_t chunk;        /* rows per piece: rows schedule >= 1; vocab: all rows;
+                           0 for rows == 0                                       */
+  int64_t slab;         /* columns per piece: V (rows schedule) or the slab      */
+  int64_t slabs;        /* pieces of the vocabulary: 1 (rows schedule) or more   */
+  int64_t chunk_stride; /* elements between the piece's rows: its columns rounded
+                           up to 16 bytes, for vector loads and cuBLASLt's TMA   */
+  int record;           /* floats per record (vocab schedule)                    */
+  size_t ce, logits, lt, bias, weight, records, hidden; /* offsets               */
   size_t lt_bytes;
-  size_t total;         /* bytes                                              */
+  size_t total;         /* bytes                                                 */
 } xent_linear_plan;
+
+/* What the plan depends on. */
+typedef struct xent_linear_facts {
+  int64_t rows, vocab, hidden;
+  size_t elem_bytes;      /* of the input's dtype                                 */
+  size_t weight_grad;     /* bytes of dW's element, 0 when no dW is asked for     */
+  size_t hidden_grad;     /* bytes of dX's element, 0 when no dX is asked for     */
+  int bias_grad;          /* db is asked for                                      */
+  int accum_fp32;         /* XENT_ACCUM_FP32                                      */
+  int record;             /* floats per vocabulary-parallel record                */
+} xent_linear_facts;
 
 typedef struct xent_linear_call {
   xent_linear_input in;  /* strides normalised (never 0)                       */
@@ -47,55 +68,129 @@ typedef struct xent_linear_call {
 } xent_linear_call;
 
 #define XENT_LINEAR_MIN_CHUNK 64
+#define XENT_LINEAR_MIN_SLAB 256
 #define XENT_LINEAR_LT_BYTES ((size_t)4 << 20)
 
 static inline size_t xent_linear_align(size_t n) { return (n + 255) & ~(size_t)255; }
 
-/* The plan of a call whose arguments are valid. Returns 0, or -1 when an
- * explicit memory_budget cannot hold one row. */
-static inline int xent_linear_make_plan(int64_t rows, int64_t vocab, int64_t hidden,
-                                        size_t elem_bytes, const xent_linear_options *lo,
-                                        int bias_grad, int fp32_accumulator,
-                                        xent_linear_plan *p) {
-  const int64_t per16 = (int64_t)(16 / elem_bytes);
-  const int64_t stride = (vocab + per16 - 1) / per16 * per16;
-  const size_t row_bytes = (size_t)stride * elem_bytes;
-  const size_t ce = xent_linear_align(xent_ws_bytes(rows));
-  const size_t bias = bias_grad ? xent_linear_align((size_t)vocab * 4) : 0;
+static inline int64_t xent_linear_round8(int64_t n) { return (n + 7) / 8 * 8; }
+
+/* Pieces of equal size, at most `fit` each, in multiples of `step` past 64:
+ * the size of each. */
+static inline int64_t xent_linear_even(int64_t total, int64_t fit, int64_t step) {
+  if (fit < 1 || fit >= total) return fit < 1 ? fit : total;
+  const int64_t n = (total + fit - 1) / fit;
+  int64_t even = (total + n - 1) / n;
+  if (even > 64) even = (even + step - 1) / step * step;
+  return even <= fit ? even : fit;
+}
+
+/* The rows schedule: the chunk's rows. Returns -1 when an explicit budget
+ * cannot hold one row. */
+static inline int64_t xent_linear_rows_chunk(const xent_linear_facts *f,
+                                             const xent_linear_options *lo, size_t row_bytes,
+                                             size_t fixed, size_t budget, int explicit_budget) {
   int64_t chunk = lo->chunk_rows;
-  size_t lt = XENT_LINEAR_LT_BYTES;
-  if (chunk <= 0) {
-    size_t budget = lo->memory_budget;
-    const int explicit_budget = budget > 0;
-    if (!explicit_budget) budget = (size_t)rows * (size_t)vocab * elem_bytes / 16;
-    if (budget / 4 < lt) lt = xent_linear_align(budget / 4);
-    const size_t fixed = ce + bias + lt;
-    int64_t fit = budget > fixed ? (int64_t)((budget - fixed) / row_bytes) : 0;
-    if (explicit_budget && fit < 1) return -1;
-    if (!explicit_budget && fit < XENT_LINEAR_MIN_CHUNK) fit = XENT_LINEAR_MIN_CHUNK;
-    if (fit > rows) fit = rows;
-    /* Chunks of equal size (the last one no smaller than the others by
-     * more than 8 rows), in multiples of 8 rows past 64. */
-    if (fit >= 1 && fit < rows) {
-      const int64_t n = (rows + fit - 1) / fit;
-      int64_t even = (rows + n - 1) / n;
-      if (even > 64) even = (even + 7) / 8 * 8;
-      if (even <= fit) fit = even;
-    }
-    chunk = fit;
-  } else if (chunk > rows) {
-    chunk = rows;
+  if (chunk > 0) return chunk > f->rows ? f->rows : chunk;
+  int64_t fit = budget > fixed ? (int64_t)((budget - fixed) / row_bytes) : 0;
+  if (explicit_budget && fit < 1) return -1;
+  if (!explicit_budget && fit < XENT_LINEAR_MIN_CHUNK) fit = XENT_LINEAR_MIN_CHUNK;
+  if (fit > f->rows) fit = f->rows;
+  return xent_linear_even(f->rows, fit, 8);
+}
+
+/* The vocab schedule: the slab's columns (a multiple of 8), or 0 when the
+ * budget cannot hold a slab of XENT_LINEAR_MIN_SLAB columns (or V) beside
+ * the slabs' records (with the default budget: that least slab). */
+static inline int64_t xent_linear_vocab_slab(const xent_linear_facts *f, size_t fixed,
+                                             size_t budget, int explicit_budget) {
+  const int64_t V = f->vocab, rows = f->rows;
+  const size_t col = (size_t)rows * f->elem_bytes;         /* a column of the slab  */
+  const size_t rec = (size_t)rows * (size_t)f->record * 4; /* a slab's records      */
+  const int64_t least = xent_linear_round8(V < XENT_LINEAR_MIN_SLAB ? V : XENT_LINEAR_MIN_SLAB);
+  const size_t avail = budget > fixed ? budget - fixed : 0;
+  /* the fewest slabs whose width and records fit: the width falls as 1/n,
+   * the records grow as n */
+  int64_t n = (int64_t)((double)V * (double)col / (double)(avail > 0 ? avail : 1));
+  if (n < 1) n = 1;
+  for (;; n++) {
+    const int64_t w = xent_linear_round8((V + n - 1) / n);
+    if (w < least) break;
+    if ((double)w * (double)col + (double)n * (double)rec + 256.0 * (double)(n + 2) <=
+        (double)avail)
+      return w;
+    if ((double)n * (double)rec >= (double)avail) break;
   }
-  if (rows == 0) chunk = 0;
-  p->chunk = chunk;
+  if (explicit_budget) return 0;
+  return least; /* the default budget of a small call: the least slab, as rows take 64 */
+}
+
+/* The plan of a call whose arguments are valid: the pieces (both backends)
+ * and the CUDA scratch's layout. Returns 0, or -1 when an explicit
+ * memory_budget cannot hold one row (rows) or one slab (vocab). */
+static inline int xent_linear_make_plan(const xent_linear_facts *f, const xent_linear_options *lo,
+                                        xent_linear_plan *p) {
+  const int64_t rows = f->rows, V = f->vocab, H = f->hidden;
+  const size_t es = f->elem_bytes;
+  const int64_t per16 = (int64_t)(16 / es);
+  const int64_t stride = (V + per16 - 1) / per16 * per16;
+  const size_t row_bytes = (size_t)stride * es;
+  const size_t ce = xent_linear_align(xent_ws_bytes(rows));
+  const size_t bias = f->bias_grad ? xent_linear_align((size_t)V * 4) : 0;
+  size_t budget = lo->memory_budget;
+  const int explicit_budget = budget > 0;
+  if (!explicit_budget) budget = (size_t)rows * (size_t)V * es / 16;
+  size_t lt = XENT_LINEAR_LT_BYTES;
+  if (lo->chunk_rows <= 0 && budget / 4 < lt) lt = xent_linear_align(budget / 4);
+  memset(p, 0, sizeof *p);
+  p->record = f->record;
+
+  const int64_t chunk = xent_linear_rows_chunk(f, lo, row_bytes, ce + bias + lt, budget,
+                                               explicit_budget);
+
+  /* The vocab schedule: where asked for, for a call with gradients. */
+  const int backward = f->weight_grad || f->hidden_grad || f->bias_grad;
+  const size_t hacc = f->accum_fp32 && f->hidden_grad && f->hidden_grad != 4
+                          ? xent_linear_align((size_t)rows * (size_t)H * 4) : 0;
+  int64_t slab = 0;
+  if (lo->schedule == XENT_SCHEDULE_VOCAB && rows > 0 && backward && lo->chunk_rows <= 0) {
+    /* the fp32 accumulator is beside the budget, as the rows schedule's is */
+    slab = xent_linear_vocab_slab(f, ce + bias + lt, budget, explicit_budget);
+    if (slab == 0) return -1; /* an explicit budget too small for a slab */
+  }
+  if (slab > 0) {
+    p->by_vocab = 1;
+    p->chunk = rows;
+    p->slab = slab;
+    p->slabs = (V + slab - 1) / slab;
+    p->chunk_stride = slab;
+    p->ce = 0;
+    p->logits = ce;
+    p->lt = p->logits + xent_linear_align((size_t)rows * (size_t)slab * es);
+    p->lt_bytes = lt;
+    p->bias = p->lt + lt;
+    p->weight = p->bias + bias;
+    p->records = p->weight;
+    p->hidden = p->records + xent_linear_align((size_t)p->slabs * (size_t)rows *
+                                               (size_t)f->record * 4);
+    p->total = p->hidden + hacc;
+    return 0;
+  }
+  if (chunk < 0) return -1; /* an explicit budget too small for a row */
+  const int64_t c = rows == 0 ? 0 : chunk;
+  const int wacc = f->accum_fp32 && f->weight_grad && f->weight_grad != 4;
+  p->chunk = c > rows ? rows : c;
+  p->slab = V;
+  p->slabs = 1;
   p->chunk_stride = stride;
   p->ce = 0;
   p->logits = ce;
-  p->lt = p->logits + xent_linear_align((size_t)chunk * row_bytes);
+  p->lt = p->logits + xent_linear_align((size_t)p->chunk * row_bytes);
   p->lt_bytes = lt;
   p->bias = p->lt + lt;
   p->weight = p->bias + bias;
-  p->total = p->weight + (fp32_accumulator ? xent_linear_align((size_t)vocab * (size_t)hidden * 4) : 0);
+  p->records = p->hidden = p->weight + (wacc ? xent_linear_align((size_t)V * (size_t)H * 4) : 0);
+  p->total = p->records;
   return 0;
 }
 

@@ -54,4 +54,10 @@ xent_status xent_cpu_ce_rows(const xent_cpu_ce *f, xent_cpu_row *res);
 /* The outputs of c from the results of all its rows. */
 void xent_cpu_ce_outputs(const xent_cpu_ce *f, const xent_call *c, const xent_cpu_row *res);
 
+/* vp.c: a shard's rows from the gathered records of v (its logits, targets
+ * and options in v->c): each row's results into res and, with
+ * v->c.write_grad, its gradient over the shard in place, times f's factors
+ * (grad_scale, row_grad_scale, token_scaling); f is of the whole vocabulary. */
+void xent_cpu_vp_rows(const xent_vp_call *v, const xent_cpu_ce *f, xent_cpu_row *res);
+
 #endif

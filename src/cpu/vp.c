@@ -79,22 +79,13 @@ xent_status xent_cpu_vp_stats(const xent_vp_call *v) {
   return XENT_OK;
 }
 
-xent_status xent_cpu_vp_forward(const xent_vp_call *v) {
+void xent_cpu_vp_rows(const xent_vp_call *v, const xent_cpu_ce *f, xent_cpu_row *res) {
   const xent_call *c = &v->c;
   const int64_t rows = c->in.rows, W = c->in.vocab, V = v->vocab, off = v->offset;
   const size_t es = xent_dtype_size(c->in.dtype);
   const int R = v->record;
-  /* The constants, N and W of the whole vocabulary and every row. */
-  xent_call full = *c;
-  full.in.vocab = V;
-  xent_cpu_ce f;
-  xent_cpu_ce_init(&f, &full);
   const float *w = c->in.weights;
   const int weighted_smoothing = w && c->opt.label_smoothing > 0.0f;
-  xent_cpu_row *res = rows > 0 ? (xent_cpu_row *)malloc((size_t)rows * sizeof *res) : NULL;
-  if (rows > 0 && !res)
-    return xent_fail(XENT_ERROR_OUT_OF_MEMORY, "CPU backend: cannot allocate %lld rows of results",
-                     (long long)rows);
   const int nt = xent_cpu_pick_threads(c->ex.num_threads, rows, rows * W);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 4) num_threads(nt) if (nt > 1)
@@ -120,13 +111,22 @@ xent_status xent_cpu_vp_forward(const xent_vp_call *v) {
     st.mean_wx = a.wu;
     st.wy = w ? w[y] : 1.0f;
     o->lse = xent_row_lse(&st);
-    o->loss = xent_row_loss(&f.k, &st);
-    o->z = xent_row_z(&f.k, o->lse);
+    o->loss = xent_row_loss(&f->k, &st);
+    o->z = xent_row_z(&f->k, o->lse);
     o->pred = a.idx;
     o->correct = a.idx == y;
+    /* the fused linear loss's factors: p_y (a constant to the gradient) and
+     * the upstream gradient */
+    double gs = f->row_grad_scale ? (double)f->grad_scale * f->row_grad_scale[r] : f->grad_scale;
+    if (f->token_scaling) {
+      const float py = expf((a.t - a.m) - st.log_s);
+      o->loss *= py;
+      o->z *= py;
+      gs *= py;
+    }
     if (!c->write_grad) continue;
-    const xent_row_coef g = xent_row_coefficients(&f.k, &st, f.scale_loss, f.scale_z);
-    const double as = (double)g.a / a.s;
+    const xent_row_coef g = xent_row_coefficients(&f->k, &st, f->scale_loss, f->scale_z);
+    const double as = gs * (double)g.a / a.s, gb = gs * (double)g.b, gc = gs * (double)g.c;
     for (int64_t j = 0; j < W; j++) {
       const double xr = load_one(x, j, (int)c->in.dtype);
       double xp = xr, dfac = 1.0;
@@ -135,11 +135,26 @@ xent_status xent_cpu_vp_forward(const xent_vp_call *v) {
         xp = c->opt.softcap * t;
         dfac = 1.0 - t * t;
       }
-      double gj = as * exp(xp - a.m) - g.b * (weighted_smoothing ? w[off + j] : 1.0);
-      if (off + j == y) gj -= g.c;
+      double gj = as * exp(xp - a.m) - gb * (weighted_smoothing ? w[off + j] : 1.0);
+      if (off + j == y) gj -= gc;
       store_one(x, j, (float)(gj * dfac), (int)c->in.dtype);
     }
   }
+}
+
+xent_status xent_cpu_vp_forward(const xent_vp_call *v) {
+  const xent_call *c = &v->c;
+  const int64_t rows = c->in.rows;
+  /* The constants, N and W of the whole vocabulary and every row. */
+  xent_call full = *c;
+  full.in.vocab = v->vocab;
+  xent_cpu_ce f;
+  xent_cpu_ce_init(&f, &full);
+  xent_cpu_row *res = rows > 0 ? (xent_cpu_row *)malloc((size_t)rows * sizeof *res) : NULL;
+  if (rows > 0 && !res)
+    return xent_fail(XENT_ERROR_OUT_OF_MEMORY, "CPU backend: cannot allocate %lld rows of results",
+                     (long long)rows);
+  xent_cpu_vp_rows(v, &f, res);
   xent_cpu_ce_outputs(&f, &full, res);
   free(res);
   return XENT_OK;

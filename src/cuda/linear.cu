@@ -21,6 +21,14 @@
  * and cross-entropy are queued, before any product that writes the caller's
  * gradients; a bad target returns with nothing of the caller's written (the
  * cross-entropy kernels see the verdict and return at once).
+ *
+ * The vocab schedule (linear_vocab) cuts the columns instead:
+ *   pass 1    per slab: Z_s = X W_s^T (+ b_s), each row's record of the slab
+ *   pass 2    per slab: Z_s again, the outputs and G_s from the merged
+ *             records, dW_s = G_s^T X, dX (+)= G_s W_s, db_s
+ * (Z_s^T = W_s X^T: m = slab, n = rows, k = H; dW_s^T = X^T G_s: m = H, n =
+ * slab, k = rows; dX^T (+)= W_s^T G_s^T: m = H, n = rows, k = slab.) Checked
+ * mode waits for the verdict between the passes.
  */
 #include <string.h>
 
@@ -30,6 +38,7 @@
 #include "cuda/device.cuh"
 #include "cuda/forward.cuh"
 #include "cuda/kernels/linear.cuh"
+#include "cuda/kernels/vp.cuh"
 #include "cuda/lt.cuh"
 #include "cuda/verdict.cuh"
 
@@ -71,6 +80,58 @@ xent_status launch_store(xent_dtype dt, void *dst, int64_t ld, const float *src,
   return XENT_OK;
 }
 
+/* The cross-entropy's view of a call: every row, the logits in the piece's
+ * scratch (its row stride the plan's), the default experimental settings. */
+xent_call ce_view(const xent_linear_call *lc) {
+  xent_call c;
+  memset(&c, 0, sizeof c);
+  c.in.dtype = lc->in.dtype;
+  c.in.rows = lc->in.rows;
+  c.in.vocab = lc->in.vocab;
+  c.in.row_stride = lc->plan.chunk_stride;
+  c.in.targets = lc->in.targets;
+  c.in.target_type = lc->in.target_type;
+  c.in.weights = lc->in.class_weights;
+  c.opt = lc->opt;
+  c.out = lc->out;
+  c.ex = lc->ex;
+  c.write_grad = lc->backward;
+  const xent_experimental exp0 = XENT_EXPERIMENTAL_INIT;
+  c.exp = exp0;
+  return c;
+}
+
+/* The plan's scratch area (xent_linear_plan): the caller's, or taken
+ * stream-ordered for the call. */
+struct scratch {
+  char *base;
+  bool owned;
+  ce_workspace w;
+  char *z;      /* the piece's logits, then their gradient */
+  void *lt;     /* cuBLASLt's workspace                    */
+  float *db;    /* the bias gradient's fp32 sums, or NULL  */
+};
+
+xent_status take_scratch(const xent_linear_call *lc, cudaStream_t stream, scratch *s) {
+  s->base = (char *)lc->ex.workspace;
+  s->owned = s->base == NULL;
+  if (s->owned) CK(cudaMallocAsync((void **)&s->base, lc->plan.total, stream));
+  s->w = carve_workspace(s->base + lc->plan.ce, lc->in.rows);
+  s->z = s->base + lc->plan.logits;
+  s->lt = s->base + lc->plan.lt;
+  s->db = lc->g.bias ? (float *)(s->base + lc->plan.bias) : NULL;
+  return XENT_OK;
+}
+
+/* The call's end: a scratch area it took, given back stream-ordered. */
+xent_status release(const scratch &s, xent_status st, cudaStream_t stream) {
+  if (s.owned) {
+    cudaError_t e = cudaFreeAsync(s.base, stream);
+    if (e != cudaSuccess && st == XENT_OK) st = cuda_fail(e, "cudaFreeAsync");
+  }
+  return st;
+}
+
 /* A call with no rows: the reduced outputs of an empty batch, and the
  * weight and bias gradients zeroed unless they accumulate. */
 xent_status linear_rows0(const xent_linear_call *lc, cudaStream_t stream) {
@@ -101,34 +162,16 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
   const bool checked = opt.target_check == XENT_TARGETS_CHECKED;
   const bool per_row = opt.reduction == XENT_REDUCTION_NONE;
   xent_status st;
-  if (checked && (st = refuse_capture(stream))) return st;
-  if (rows == 0) return linear_rows0(lc, stream);
-
-  /* The cross-entropy's view of the call: every row, logits in the chunk. */
-  xent_call c;
-  memset(&c, 0, sizeof c);
-  c.in.dtype = in.dtype;
-  c.in.rows = rows;
-  c.in.vocab = V;
-  c.in.row_stride = plan.chunk_stride;
-  c.in.targets = in.targets;
-  c.in.target_type = in.target_type;
-  c.in.weights = in.class_weights;
-  c.opt = opt;
-  c.out = lc->out;
-  c.ex = lc->ex;
-  c.write_grad = lc->backward;
-  const xent_experimental exp0 = XENT_EXPERIMENTAL_INIT;
-  c.exp = exp0;
+  xent_call c = ce_view(lc);
   xent_verdict *verdict = checked ? verdict_for(&c) : NULL;
 
-  char *ws = (char *)lc->ex.workspace;
-  const bool owned = ws == NULL;
-  if (owned) CK(cudaMallocAsync((void **)&ws, plan.total, stream));
-  const ce_workspace w = carve_workspace(ws + plan.ce, rows);
-  char *zbuf = ws + plan.logits;
-  void *ltws = ws + plan.lt;
-  float *db = g.bias ? (float *)(ws + plan.bias) : NULL;
+  scratch sc;
+  if ((st = take_scratch(lc, stream, &sc))) return st;
+  char *ws = sc.base;
+  const ce_workspace &w = sc.w;
+  char *zbuf = sc.z;
+  void *ltws = sc.lt;
+  float *db = sc.db;
   const bool fp32acc = g.weight && g.weight_accum == XENT_ACCUM_FP32 &&
                        g.weight_dtype != XENT_FLOAT32;
   float *dw = fp32acc ? (float *)(ws + plan.weight) : NULL;
@@ -222,11 +265,116 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
                       stream);
   if (!st && db) st = launch_store(g.bias_dtype, g.bias, V, db, V, 1, V, g.accumulate, dp, stream);
   if (!st && checked && !verdict_read) st = check_verdict(verdict, &c, false);
-  if (owned) {
-    cudaError_t e = cudaFreeAsync(ws, stream);
-    if (e != cudaSuccess && st == XENT_OK) st = cuda_fail(e, "cudaFreeAsync");
+  return release(sc, st, stream);
+}
+
+/* The vocab schedule (xent.h): the vocabulary in slabs over every row, two
+ * passes. Pass 1 leaves a record per row and slab (vp_stats_kernel, the slabs
+ * as the vocabulary-parallel loss's shards); pass 2 recomputes each slab's
+ * logits, writes the row outputs and the slab's gradient from the merged
+ * records (vp_forward_kernel), and turns it into dW_s (written once), dX (+)=
+ * and the bias sums. */
+xent_status linear_vocab(const xent_linear_call *lc, const dev_props &dp) {
+  const xent_linear_input &in = lc->in;
+  const xent_linear_grads &g = lc->g;
+  const xent_options &opt = lc->opt;
+  const xent_linear_plan &plan = lc->plan;
+  const int64_t rows = in.rows, H = in.hidden_size, V = in.vocab;
+  const size_t es = xent_dtype_size(in.dtype);
+  cudaStream_t stream = (cudaStream_t)lc->ex.stream;
+  const bool checked = opt.target_check == XENT_TARGETS_CHECKED;
+  const bool per_row = opt.reduction == XENT_REDUCTION_NONE;
+  xent_status st;
+  xent_call c = ce_view(lc);
+  xent_verdict *verdict = checked ? verdict_for(&c) : NULL;
+
+  scratch sc;
+  if ((st = take_scratch(lc, stream, &sc))) return st;
+  char *ws = sc.base;
+  const ce_workspace &w = sc.w;
+  char *zbuf = sc.z;
+  c.in.logits = zbuf;
+  void *ltws = sc.lt;
+  float *db = sc.db;
+  float *records = (float *)(ws + plan.records);
+  const bool fp32acc = g.hidden && g.weight_accum == XENT_ACCUM_FP32 &&
+                       g.hidden_dtype != XENT_FLOAT32;
+  float *dx = fp32acc ? (float *)(ws + plan.hidden) : NULL;
+  const size_t wes = g.weight ? xent_dtype_size(g.weight_dtype) : 0;
+  const bool scalar_go = g.grad_output && g.grad_output_count == 1;
+
+  vp_params vp;
+  memset(&vp, 0, sizeof vp);
+  fill_params(&vp.p, &c); /* the constants over the whole vocabulary */
+  vp.p.hdr = w.hdr;
+  vp.p.verdict = checked ? w.hdr : NULL;
+  vp.p.row_loss = per_row ? c.out.loss : w.loss;
+  vp.p.row_z = per_row ? c.out.z_loss
+                       : ((opt.lse_square_scale > 0.0f || c.out.z_loss) ? w.z : NULL);
+  vp.p.row_acc = per_row ? c.out.token_accuracy : (c.out.token_accuracy ? w.acc : NULL);
+  vp.p.grad_scale = scalar_go ? g.grad_output : NULL;
+  vp.p.row_grad_scale = g.grad_output && !scalar_go ? g.grad_output : NULL;
+  vp.p.token_scaling = lc->lo.use_token_scaling;
+  vp.vocab = V;
+  vp.record = plan.record;
+  vp.gathered = records;
+  vp.ranks = (int)plan.slabs;
+
+  st = launch_count(&c, w, verdict, stream);
+  if (!st && db) st = cudaMemsetAsync(db, 0, (size_t)V * 4, stream) == cudaSuccess
+                          ? XENT_OK : cuda_fail(cudaGetLastError(), "cudaMemsetAsync");
+  for (int pass = 0; st == XENT_OK && pass < 2; pass++) {
+    if (pass == 1 && checked && (st = check_verdict(verdict, &c, false))) break;
+    for (int64_t s = 0; st == XENT_OK && s < plan.slabs; s++) {
+      const int64_t j0 = s * plan.slab;
+      const int64_t n = V - j0 < plan.slab ? V - j0 : plan.slab;
+      const char *wj = (const char *)in.weight + (size_t)(j0 * in.weight_stride) * es;
+
+      /* Z_s = X W_s^T + b_s */
+      lt_gemm g1 = {true, false, n, rows, H, wj, in.weight_stride, in.dtype,
+                    in.hidden, in.hidden_stride, in.dtype, zbuf, plan.slab, in.dtype,
+                    1.0f, 0.0f, in.bias ? (const char *)in.bias + (size_t)j0 * es : NULL, false};
+      if ((st = lt_matmul(g1, ltws, plan.lt_bytes, stream))) break;
+
+      vp_params v = vp;
+      v.p.vocab = (int)n;
+      v.offset = j0;
+      if (pass == 0) {
+        v.p.write_grad = 0;
+        v.records = records + (size_t)s * (size_t)rows * (size_t)plan.record;
+        if ((st = launch_vp(true, in.dtype, v, stream, dp, c.exp))) break;
+        continue;
+      }
+      /* every slab writes the same row outputs; the gradient is the slab's */
+      if ((st = launch_vp(false, in.dtype, v, stream, dp, c.exp))) break;
+
+      if (g.weight) { /* dW_s (+)= G_s^T X */
+        lt_gemm g3 = {false, true, H, n, rows, in.hidden, in.hidden_stride, in.dtype,
+                      zbuf, plan.slab, in.dtype,
+                      (char *)g.weight + (size_t)(j0 * g.weight_stride) * wes, g.weight_stride,
+                      g.weight_dtype, 1.0f, g.accumulate ? 1.0f : 0.0f, NULL, false};
+        if ((st = lt_matmul(g3, ltws, plan.lt_bytes, stream))) break;
+      }
+      if (g.hidden) { /* dX (+)= G_s W_s */
+        const bool more = s > 0 || (!fp32acc && g.accumulate);
+        lt_gemm g2 = {false, false, H, rows, n, wj, in.weight_stride, in.dtype,
+                      zbuf, plan.slab, in.dtype,
+                      fp32acc ? (void *)dx : g.hidden, fp32acc ? H : g.hidden_stride,
+                      fp32acc ? XENT_FLOAT32 : g.hidden_dtype, 1.0f, more ? 1.0f : 0.0f, NULL,
+                      false};
+        if ((st = lt_matmul(g2, ltws, plan.lt_bytes, stream))) break;
+      }
+      if (db && (st = launch_colsum(in.dtype, zbuf, rows, (int)n, plan.slab * (int64_t)es,
+                                    db + j0, stream)))
+        break;
+    }
   }
-  return st;
+  if (!st && !per_row) st = launch_finalize(finalize_for(&c, vp.p, w), dp, c.exp, stream);
+  if (!st && fp32acc)
+    st = launch_store(g.hidden_dtype, g.hidden, g.hidden_stride, dx, H, rows, H, g.accumulate, dp,
+                      stream);
+  if (!st && db) st = launch_store(g.bias_dtype, g.bias, V, db, V, 1, V, g.accumulate, dp, stream);
+  return release(sc, st, stream);
 }
 
 }  // namespace
@@ -240,7 +388,12 @@ extern "C" xent_status xent_cuda_linear(const xent_linear_call *lc) {
   if (st) return st;
   dev_props props;
   st = get_props(lc->ex.device, &props);
-  if (!st) st = linear_impl(lc, props);
+  cudaStream_t stream = (cudaStream_t)lc->ex.stream;
+  if (!st && lc->opt.target_check == XENT_TARGETS_CHECKED) st = refuse_capture(stream);
+  if (!st)
+    st = lc->in.rows == 0    ? linear_rows0(lc, stream)
+         : lc->plan.by_vocab ? linear_vocab(lc, props)
+                             : linear_impl(lc, props);
   leave_device(&scope);
   return st;
 }

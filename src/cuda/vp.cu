@@ -45,12 +45,17 @@ xent_status launch(bool stats, const vp_params &vp, cudaStream_t stream, const d
   return XENT_OK;
 }
 
-xent_status launch_dt(bool stats, xent_dtype dt, const vp_params &vp, cudaStream_t stream,
+
+}  // namespace
+
+xent_status launch_vp(bool stats, xent_dtype dt, const vp_params &vp, cudaStream_t stream,
                       const dev_props &dp, const xent_experimental &exp) {
   if (dt == XENT_FLOAT32) return launch<float>(stats, vp, stream, dp, exp);
   if (dt == XENT_BFLOAT16) return launch<__nv_bfloat16>(stats, vp, stream, dp, exp);
   return launch<__half>(stats, vp, stream, dp, exp);
 }
+
+namespace {
 
 xent_status vp_impl(const xent_vp_call *v, bool stats, const dev_props &dp) {
   const xent_call *c = &v->c;
@@ -96,7 +101,7 @@ xent_status vp_impl(const xent_vp_call *v, bool stats, const dev_props &dp) {
     vp.records = v->records;
     vp.gathered = v->gathered;
     vp.ranks = v->ranks;
-    if ((st = launch_dt(stats, c->in.dtype, vp, stream, dp, c->exp))) break;
+    if ((st = launch_vp(stats, c->in.dtype, vp, stream, dp, c->exp))) break;
     if (!stats && !per_row &&
         (st = launch_finalize(finalize_for(&g, vp.p, w), dp, c->exp, stream)))
       break;

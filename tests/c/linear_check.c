@@ -36,9 +36,13 @@ xt_lin_case xt_lin_default(xent_dtype dt, int64_t rows, int64_t H, int64_t V) {
 void xt_lin_desc(const xt_lin_case *c, char *buf, size_t n) {
   snprintf(buf, n,
            "%s %s BT=%" PRId64 " H=%" PRId64 " V=%" PRId64 " pad=%" PRId64 "/%" PRId64
-           " chunk=%" PRId64 "%s%s%s%s%s ls=%g z=%g%s go=%d grads=%s%s%s(%s/%s/%s)%s%s%s",
+           " chunk=%" PRId64 " budget=%zu%s%s%s%s%s%s ls=%g z=%g%s go=%d grads=%s%s%s(%s/%s/%s)%s%s%s",
            xt_dtype_name(c->dt), xt_reduction_name(c->red), c->rows, c->H, c->V, c->hpad,
-           c->wpad, c->chunk_rows, c->bias ? " bias" : "", c->weighted ? " weights" : "",
+           c->wpad, c->chunk_rows, c->budget,
+           c->schedule == XENT_SCHEDULE_VOCAB  ? " vocab"
+           : c->schedule == XENT_SCHEDULE_ROWS ? " rows"
+                                               : "",
+           c->bias ? " bias" : "", c->weighted ? " weights" : "",
            c->softcap ? " softcap" : "", c->token_scaling ? " token-scaling" : "",
            c->ttype == XENT_INT32 ? " int32" : "", c->alpha, c->s,
            c->backward ? "" : " forward-only", c->go, c->dx ? "x" : "", c->dw ? "w" : "",
@@ -348,6 +352,7 @@ xent_linear_options xt_lin_loptions(const xt_lin *p) {
   lo.use_token_scaling = p->c.token_scaling;
   lo.chunk_rows = p->c.chunk_rows;
   lo.memory_budget = p->c.budget;
+  lo.schedule = p->c.schedule;
   return lo;
 }
 
@@ -433,7 +438,8 @@ static void check_grad(long *errs, const char *desc, const char *what, const voi
     fprintf(stderr, "  [%s] %s: %.3f of the tolerance\n", desc, what, worst);
 }
 
-long xt_lin_check(const xt_lin *p, const xt_lin_out *o, int64_t nchunks, const char *desc) {
+long xt_lin_check(const xt_lin *p, const xt_lin_out *o, int64_t nchunks, int64_t nslabs,
+                  const char *desc) {
   const xt_lin_case *c = &p->c;
   const int64_t rows = c->rows, V = c->V, H = c->H;
   const int none = c->red == XENT_REDUCTION_NONE;
@@ -507,9 +513,13 @@ long xt_lin_check(const xt_lin *p, const xt_lin_out *o, int64_t nchunks, const c
    * 2^-24 / sqrt(12), whose sum over a column grows as its l2 norm; allowed:
    * 8 standard deviations */
   const double g_abs = c->gpu && c->dt == XENT_FLOAT16 ? 8.0 * 0x1p-24 / sqrt(12.0) : 0.0;
-  if (c->dx)
+  if (c->dx) {
+    double t = ce_err + u_in;
+    if (c->gpu && nslabs > 1 && c->gx_dt != XENT_FLOAT32 && c->accum == XENT_ACCUM_GRAD)
+      t += (double)(nslabs + 1) * unit(c->gx_dt);
     check_grad(&errs, desc, "grad hidden", o->gx, p->gx0, c->gx_dt, rows, H, p->gxs, p->dx, p->dxa,
-               ce_err + u_in, p->wcol, g_abs);
+               t, p->wcol, g_abs);
+  }
   if (c->dw) {
     double t = ce_err + u_in;
     if (c->gpu && c->gw_dt != XENT_FLOAT32 && c->accum == XENT_ACCUM_GRAD)

@@ -40,6 +40,7 @@ typedef struct xt_lin_case {
   int64_t ignore_index;
   int64_t chunk_rows;
   size_t budget;
+  xent_linear_schedule schedule;
   int backward;                /* xent_linear_forward_backward, else forward  */
   int dx, dw, db;              /* the gradients asked for                     */
   xent_dtype gx_dt, gw_dt, gb_dt;
@@ -109,9 +110,11 @@ xent_output xt_lin_output(const xt_lin *p, float *loss, float *z, float *acc, fl
                           int64_t *pred);
 xent_linear_grads xt_lin_grads(const xt_lin *p, void *gx, void *gw, void *gb, const float *go);
 
-/* Compare with the reference; nchunks: the chunks the call used. Returns
- * the number of problems found (printed with desc). */
-long xt_lin_check(const xt_lin *p, const xt_lin_out *o, int64_t nchunks, const char *desc);
+/* Compare with the reference; nchunks: the row chunks the call used (dW adds
+ * up over them), nslabs: the vocabulary's slabs (dX adds up over them).
+ * Returns the number of problems found (printed with desc). */
+long xt_lin_check(const xt_lin *p, const xt_lin_out *o, int64_t nchunks, int64_t nslabs,
+                  const char *desc);
 
 /* Every output and gradient buffer exactly as before the call. */
 long xt_lin_check_untouched(const xt_lin *p, const xt_lin_out *o, const char *desc);

@@ -25,12 +25,14 @@
 #endif
 
 #include "check.h"
+#include "common/linear.h"
 #include "linear_check.h"
 #include "reference.h"
 #include "xent.h"
 #include "xent_experimental.h"
 
 static long g_cases;
+static long g_slabs; /* calls that ran more than one slab */
 static const xent_dtype DTYPES[] = {XENT_FLOAT32, XENT_BFLOAT16, XENT_FLOAT16};
 static const xent_reduction REDS[] = {XENT_REDUCTION_MEAN, XENT_REDUCTION_SUM,
                                       XENT_REDUCTION_NONE};
@@ -182,9 +184,30 @@ static long run_case(xt_lin_case c, int backend, xt_rng *rng, const char *tag) {
     fprintf(stderr, "  [%s] status %d: %s\n", desc, (int)st, xent_last_error());
     errs = 1;
   } else {
-    int64_t n = chunks_of(&p);
+    int64_t n = chunks_of(&p), slabs = 1;
     if (n < 0) n = 1 + c.rows / 64; /* the default plan: at most this many */
-    errs = xt_lin_check(&p, &o, n, desc);
+    if (c.rows > 0) { /* what the call did */
+      long long a = 0, b = 0;
+      const char *how = xent_experimental_last_linear();
+      if (sscanf(how, "vocab slab=%lld slabs=%lld", &a, &b) == 2) {
+        n = 1, slabs = b;
+        if (c.schedule != XENT_SCHEDULE_VOCAB) {
+          fprintf(stderr, "  [%s] ran the vocab schedule unasked\n", desc);
+          errs++;
+        }
+      } else if (sscanf(how, "rows chunk=%lld chunks=%lld", &a, &b) == 2) {
+        n = b;
+      } else {
+        fprintf(stderr, "  [%s] last linear call: \"%s\"\n", desc, how);
+        errs++;
+      }
+      if (c.schedule == XENT_SCHEDULE_VOCAB && c.backward && !strstr(how, "vocab")) {
+        fprintf(stderr, "  [%s] the vocab schedule was asked for, the call ran %s\n", desc, how);
+        errs++;
+      }
+      g_slabs += slabs > 1;
+    }
+    errs += xt_lin_check(&p, &o, n, slabs, desc);
   }
   g_cases++;
   xt_lin_out_free(&o);
@@ -216,7 +239,16 @@ static void feature(xt_lin_case *c, int k) {
   if (c->go == 2 && c->red != XENT_REDUCTION_NONE) c->go = 1;
 }
 
-static long feature_sweep(int backend, xt_rng *rng) {
+/* The vocab schedule's pieces: the default budget of these small calls
+ * gives slabs of 256 columns or so (2 or 3 over V), 1 MiB one slab. */
+static void vocab_schedule(xt_lin_case *c, int k) {
+  static const size_t budgets[] = {0, 0, (size_t)1 << 20, 0};
+  c->schedule = XENT_SCHEDULE_VOCAB;
+  c->chunk_rows = 0;
+  c->budget = budgets[k % 4];
+}
+
+static long feature_sweep(int backend, xt_rng *rng, xent_linear_schedule sched) {
   long errs = 0;
   /* V and H not multiples of 8; chunks that cut the rows anywhere */
   const int64_t chunks[] = {0, 7, 16, 1000};
@@ -227,6 +259,7 @@ static long feature_sweep(int backend, xt_rng *rng) {
         xt_lin_case c = xt_lin_default(DTYPES[d], 37 + (k % 5) * 11, 61 + (k % 3), 509 + 2 * k);
         c.red = REDS[r];
         c.chunk_rows = chunks[k % 4];
+        if (sched == XENT_SCHEDULE_VOCAB) vocab_schedule(&c, k);
         feature(&c, f);
         errs += run_case(c, backend, rng, "features");
       }
@@ -234,7 +267,7 @@ static long feature_sweep(int backend, xt_rng *rng) {
 }
 
 /* Which gradients, their dtypes, accumulation and the upstream gradient. */
-static long gradient_sweep(int backend, xt_rng *rng) {
+static long gradient_sweep(int backend, xt_rng *rng, xent_linear_schedule sched) {
   long errs = 0;
   for (size_t d = 0; d < 3; d++) {
     const xent_dtype dt = DTYPES[d];
@@ -242,6 +275,7 @@ static long gradient_sweep(int backend, xt_rng *rng) {
       xt_lin_case c = xt_lin_default(dt, 53, 40 + 3 * k, 300 + 7 * k);
       c.bias = 1;
       c.chunk_rows = 8 + k;
+      if (sched == XENT_SCHEDULE_VOCAB) vocab_schedule(&c, k);
       switch (k) {
         case 0: c.dw = 0; break;                                   /* frozen head */
         case 1: c.dx = 0; break;                                   /* frozen trunk */
@@ -261,11 +295,13 @@ static long gradient_sweep(int backend, xt_rng *rng) {
 }
 
 /* A mean over no rows, rows == 0, a single row. */
-static long edge_sweep(int backend, xt_rng *rng) {
+static long edge_sweep(int backend, xt_rng *rng, xent_linear_schedule sched) {
   long errs = 0;
   for (int k = 0; k < 6; k++) {
-    xt_lin_case c = xt_lin_default(XENT_BFLOAT16, 20, 32, 100);
+    /* V = 300: two slabs under the vocab schedule */
+    xt_lin_case c = xt_lin_default(XENT_BFLOAT16, 20, 32, sched == XENT_SCHEDULE_VOCAB ? 300 : 100);
     c.bias = 1;
+    if (sched == XENT_SCHEDULE_VOCAB) vocab_schedule(&c, 0);
     switch (k) {
       case 0: c.ignore_frac = 1.0; break;
       case 1: c.ignore_frac = 1.0, c.empty_zero = 1; break;
@@ -287,21 +323,35 @@ static void test_cpu_linear_features(void **state) {
   (void)state;
   if (!have_blas()) skip();
   xt_rng rng = xt_rng_for("test_cpu_linear_features");
-  assert_int_equal(feature_sweep(0, &rng), 0);
+  assert_int_equal(feature_sweep(0, &rng, XENT_SCHEDULE_AUTO), 0);
 }
 
 static void test_cpu_linear_gradients(void **state) {
   (void)state;
   if (!have_blas()) skip();
   xt_rng rng = xt_rng_for("test_cpu_linear_gradients");
-  assert_int_equal(gradient_sweep(0, &rng), 0);
+  assert_int_equal(gradient_sweep(0, &rng, XENT_SCHEDULE_AUTO), 0);
 }
 
 static void test_cpu_linear_edges(void **state) {
   (void)state;
   if (!have_blas()) skip();
   xt_rng rng = xt_rng_for("test_cpu_linear_edges");
-  assert_int_equal(edge_sweep(0, &rng), 0);
+  assert_int_equal(edge_sweep(0, &rng, XENT_SCHEDULE_AUTO), 0);
+}
+
+/* The vocab schedule on the CPU: every feature, gradient and edge case. */
+static void test_cpu_linear_vocab(void **state) {
+  (void)state;
+  if (!have_blas()) skip();
+  xt_rng rng = xt_rng_for("test_cpu_linear_vocab");
+  const long before = g_slabs;
+  assert_int_equal(feature_sweep(0, &rng, XENT_SCHEDULE_VOCAB) +
+                       gradient_sweep(0, &rng, XENT_SCHEDULE_VOCAB) +
+                       edge_sweep(0, &rng, XENT_SCHEDULE_VOCAB),
+                   0);
+  print_message("%ld calls ran more than one slab\n", g_slabs - before);
+  assert_true(g_slabs - before > 50);
 }
 
 /* The checker itself: a wrong result must be caught (a test that cannot
@@ -319,7 +369,7 @@ static void test_checker_catches(void **state) {
     assert_int_equal(xt_lin_make(&p, &c, &rng), 0);
     assert_int_equal(xt_lin_out_make(&p, &o), 0);
     assert_int_equal(run_cpu(&p, &o), XENT_OK);
-    assert_int_equal(xt_lin_check(&p, &o, 5, "unchanged"), 0);
+    assert_int_equal(xt_lin_check(&p, &o, 5, 1, "unchanged"), 0);
     switch (m) {
       case 0: o.loss[0] *= 1.01f; break;                                 /* 1 % off */
       case 1: xt_store(o.gx, c.gx_dt, 5 * p.gxs + 3, 2 * xt_load(o.gx, c.gx_dt, 5 * p.gxs + 3) + 1e-3); break;
@@ -329,7 +379,7 @@ static void test_checker_catches(void **state) {
       case 5: o.pred[2] = (o.pred[2] + 1) % c.V; if (p.res.row[2].ignored) o.pred[2] = 0; break;
     }
     fprintf(stderr, "  (mutation %d: the report below is expected)\n", m);
-    assert_true(xt_lin_check(&p, &o, 5, "mutated") > 0);
+    assert_true(xt_lin_check(&p, &o, 5, 1, "mutated") > 0);
     xt_lin_out_free(&o);
     xt_lin_free(&p);
   }
@@ -345,7 +395,7 @@ static void test_linear_errors(void **state) {
   xt_lin_out o;
   assert_int_equal(xt_lin_make(&p, &c, &rng), 0);
   assert_int_equal(xt_lin_out_make(&p, &o), 0);
-  for (int k = 0; k < 22; k++) {
+  for (int k = 0; k < 25; k++) {
     xent_linear_input in = xt_lin_input(&p, p.hidden, p.weight, p.bias, p.targets, p.cw);
     xent_options opt = xt_lin_options(&p);
     xent_linear_options lo = xt_lin_loptions(&p);
@@ -382,6 +432,9 @@ static void test_linear_errors(void **state) {
         break;
       case 20: g.weight_accum = (xent_accum)5, want = XENT_ERROR_BAD_ENUM; break;
       case 21: out.loss = NULL, want = XENT_ERROR_NULL_POINTER; break;
+      case 22: lo.schedule = (xent_linear_schedule)3, want = XENT_ERROR_BAD_ENUM; break;
+      case 23: lo.schedule = XENT_SCHEDULE_VOCAB, lo.chunk_rows = 8; break;
+      case 24: lo.schedule = XENT_SCHEDULE_VOCAB, lo.chunk_rows = 0, lo.memory_budget = 100; break;
     }
     xent_status st = xent_linear_forward_backward(&in, &opt, &lo, &out, &g, &ex);
     if (st != want)
@@ -423,13 +476,90 @@ static void test_linear_plan(void **state) {
   assert_true(big <= lo.memory_budget && big > def);
   lo.memory_budget = 1000;
   assert_int_equal(xent_linear_workspace_size(&in, &lo, &g), 0);
-  /* fp32 accumulation adds V x H floats */
+  /* fp32 accumulation adds V x H floats over row chunks ... */
   lo.memory_budget = 0;
+  lo.schedule = XENT_SCHEDULE_ROWS;
   g.weight = (void *)16;
   g.weight_accum = XENT_ACCUM_FP32;
   assert_int_equal(xent_linear_workspace_size(&in, &lo, &g), def + (size_t)128256 * 4096 * 4);
+  /* ... or BT x H over the vocabulary's slabs */
+  g.hidden = (void *)16;
+  g.hidden_dtype = XENT_BFLOAT16;
+  lo.schedule = XENT_SCHEDULE_VOCAB;
+  const size_t vocab = xent_linear_workspace_size(&in, &lo, &g);
+  assert_true(vocab > (size_t)8192 * 4096 * 4 && vocab <= logits / 16 + (size_t)8192 * 4096 * 4);
+  g.hidden = NULL;
+  lo.schedule = XENT_SCHEDULE_ROWS;
   g.weight_dtype = XENT_FLOAT32; /* accumulates in the caller's fp32 gradient itself */
   assert_int_equal(xent_linear_workspace_size(&in, &lo, &g), def);
+}
+
+/* The schedule (xent.h): auto and rows cut rows; vocab cuts the vocabulary
+ * into slabs of 8-column multiples that tile it, within the same budget,
+ * with every slab's records in the scratch; a forward cuts rows. */
+static void test_linear_schedule(void **state) {
+  (void)state;
+  struct {
+    int64_t rows, H, V;
+    int dw, accum_fp32;
+    size_t budget;
+  } cases[] = {
+      {2048, 4096, 128256, 1, 0, 0},
+      {4096, 4096, 128256, 1, 0, 0},
+      {8192, 4096, 128256, 1, 0, 0},
+      {8192, 4096, 128256, 1, 1, 0},  /* fp32 dX accumulator beside the budget */
+      {8192, 2304, 256000, 1, 0, (size_t)1 << 30},
+      {2048, 4096, 128256, 0, 0, 0},  /* a frozen head */
+      {37, 61, 509, 1, 0, 0},         /* the default budget of a small call: 256 columns */
+      {3, 8, 5, 1, 0, 0},             /* V below a slab */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    xent_linear_facts f;
+    memset(&f, 0, sizeof f);
+    f.rows = cases[i].rows, f.hidden = cases[i].H, f.vocab = cases[i].V;
+    f.elem_bytes = 2, f.hidden_grad = 2, f.weight_grad = cases[i].dw ? 2 : 0;
+    f.accum_fp32 = cases[i].accum_fp32;
+    f.record = 8;
+    xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
+    lo.memory_budget = cases[i].budget;
+    xent_linear_plan plan;
+    assert_int_equal(xent_linear_make_plan(&f, &lo, &plan), 0);
+    assert_int_equal(plan.by_vocab, 0); /* auto: rows */
+    lo.schedule = XENT_SCHEDULE_VOCAB;
+    assert_int_equal(xent_linear_make_plan(&f, &lo, &plan), 0);
+    print_message("%lld x %lld x %lld%s%s: vocab slab %lld x %lld, %zu bytes\n",
+                  (long long)f.rows, (long long)f.hidden, (long long)f.vocab,
+                  f.weight_grad ? "" : " (no dW)", f.accum_fp32 ? " fp32" : "",
+                  (long long)plan.slab, (long long)plan.slabs, plan.total);
+    assert_int_equal(plan.by_vocab, 1);
+    assert_int_equal(plan.chunk, f.rows);
+    assert_int_equal(plan.slab % 8, 0);
+    assert_int_equal(plan.chunk_stride, plan.slab);
+    assert_true(plan.slabs * plan.slab >= f.vocab && (plan.slabs - 1) * plan.slab < f.vocab);
+    assert_true(plan.logits + (size_t)f.rows * (size_t)plan.slab * 2 <= plan.lt);
+    assert_true(plan.records + (size_t)plan.slabs * (size_t)f.rows * 32 <= plan.hidden);
+    const size_t logits = (size_t)f.rows * (size_t)f.vocab * 2;
+    const size_t acc = f.accum_fp32 ? xent_linear_align((size_t)f.rows * (size_t)f.hidden * 4) : 0;
+    assert_int_equal(plan.total, plan.hidden + acc);
+    if (f.vocab > 1000) /* within the budget: 1/16 of the logits or the one given */
+      assert_true(plan.total - acc <= (cases[i].budget ? cases[i].budget : logits / 16));
+    if (f.vocab == 509) assert_int_equal(plan.slab, 256);
+    lo.schedule = XENT_SCHEDULE_ROWS;
+    assert_int_equal(xent_linear_make_plan(&f, &lo, &plan), 0);
+    assert_int_equal(plan.by_vocab, 0);
+  }
+  /* a forward cuts rows whatever is asked; a budget too small for a slab fails */
+  xent_linear_facts f;
+  memset(&f, 0, sizeof f);
+  f.rows = 2048, f.hidden = 4096, f.vocab = 128256, f.elem_bytes = 2, f.record = 8;
+  xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
+  lo.schedule = XENT_SCHEDULE_VOCAB;
+  xent_linear_plan plan;
+  assert_int_equal(xent_linear_make_plan(&f, &lo, &plan), 0);
+  assert_int_equal(plan.by_vocab, 0);
+  f.weight_grad = 2;
+  lo.memory_budget = (size_t)2048 * 256 * 2; /* the slab alone, nothing for the rest */
+  assert_int_equal(xent_linear_make_plan(&f, &lo, &plan), -1);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -445,21 +575,21 @@ static void test_cuda_linear_features(void **state) {
   (void)state;
   REQUIRE_GPU();
   xt_rng rng = xt_rng_for("test_cuda_linear_features");
-  assert_int_equal(feature_sweep(1, &rng), 0);
+  assert_int_equal(feature_sweep(1, &rng, XENT_SCHEDULE_AUTO), 0);
 }
 
 static void test_cuda_linear_gradients(void **state) {
   (void)state;
   REQUIRE_GPU();
   xt_rng rng = xt_rng_for("test_cuda_linear_gradients");
-  assert_int_equal(gradient_sweep(1, &rng) + gradient_sweep(2, &rng), 0);
+  assert_int_equal(gradient_sweep(1, &rng, XENT_SCHEDULE_AUTO) + gradient_sweep(2, &rng, XENT_SCHEDULE_AUTO), 0);
 }
 
 static void test_cuda_linear_edges(void **state) {
   (void)state;
   REQUIRE_GPU();
   xt_rng rng = xt_rng_for("test_cuda_linear_edges");
-  assert_int_equal(edge_sweep(1, &rng) + edge_sweep(2, &rng), 0);
+  assert_int_equal(edge_sweep(1, &rng, XENT_SCHEDULE_AUTO) + edge_sweep(2, &rng, XENT_SCHEDULE_AUTO), 0);
 }
 
 /* Larger shapes, default plan, on the GPU: the medium shapes that the
@@ -489,6 +619,31 @@ static void test_cuda_linear_diag(void **state) {
   }
 }
 
+/* The vocab schedule over every feature, gradient and edge case, and a
+ * medium shape in many slabs; some calls must have run more than one. */
+static void test_cuda_linear_vocab(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xt_rng rng = xt_rng_for("test_cuda_linear_vocab");
+  const long before = g_slabs;
+  long errs = feature_sweep(1, &rng, XENT_SCHEDULE_VOCAB) +
+              gradient_sweep(2, &rng, XENT_SCHEDULE_VOCAB) +
+              edge_sweep(1, &rng, XENT_SCHEDULE_VOCAB);
+  for (size_t d = 0; d < 3; d++) {
+    xt_lin_case c = xt_lin_default(DTYPES[d], 1000, 256, 8000);
+    c.schedule = XENT_SCHEDULE_VOCAB;
+    c.chunk_rows = 0;
+    c.alpha = 0.05;
+    c.bias = d == 1;
+    c.accum = d == 2 ? XENT_ACCUM_FP32 : XENT_ACCUM_GRAD;
+    errs += run_case(c, 2, &rng, "vocab medium");
+    print_message("vocab medium %s: %s\n", xt_dtype_name(c.dt), xent_experimental_last_linear());
+  }
+  print_message("%ld calls ran more than one slab\n", g_slabs - before);
+  assert_true(g_slabs - before > 50);
+  assert_int_equal(errs, 0);
+}
+
 static void test_cuda_linear_medium(void **state) {
   (void)state;
   REQUIRE_GPU();
@@ -510,11 +665,12 @@ static void test_cuda_linear_bad_target(void **state) {
   (void)state;
   REQUIRE_GPU();
   xt_rng rng = xt_rng_for("test_cuda_linear_bad_target");
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 3; k++) {
     xt_lin_case c = xt_lin_default(XENT_BFLOAT16, 100, 32, 500);
     c.bias = 1;
     c.chunk_rows = 16;
-    c.backward = k;
+    c.backward = k > 0;
+    if (k == 2) c.schedule = XENT_SCHEDULE_VOCAB, c.chunk_rows = 0;
     xt_lin p;
     xt_lin_out o;
     assert_int_equal(xt_lin_make(&p, &c, &rng), 0);
@@ -550,21 +706,28 @@ static void test_cuda_linear_memory(void **state) {
   g.hidden = gx, g.hidden_dtype = XENT_BFLOAT16, g.weight = gw, g.weight_dtype = XENT_BFLOAT16;
   xent_exec ex = xent_exec_default();
   ex.backend = XENT_BACKEND_CUDA;
-  const size_t need = xent_linear_workspace_size(&in, NULL, &g);
   const size_t logits = (size_t)R * V * es;
-  assert_int_equal(xent_linear_forward_backward(&in, &opt, NULL, &out, &g, &ex), XENT_OK);
-  CK(cudaDeviceSynchronize());
-  cudaMemPool_t pool;
-  CK(cudaDeviceGetDefaultMemPool(&pool, 0));
-  uint64_t zero = 0, high = 0;
-  CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
-  assert_int_equal(xent_linear_forward_backward(&in, &opt, NULL, &out, &g, &ex), XENT_OK);
-  CK(cudaDeviceSynchronize());
-  CK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
-  print_message("linear peak: pool high %llu bytes, workspace_size %zu, logits %zu (1/16: %zu)\n",
-                (unsigned long long)high, need, logits, logits / 16);
-  assert_true(high <= need + 4096);
-  assert_true(need <= logits / 16);
+  for (int k = 0; k < 2; k++) {
+    xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
+    lo.schedule = k ? XENT_SCHEDULE_VOCAB : XENT_SCHEDULE_ROWS;
+    const size_t need = xent_linear_workspace_size(&in, &lo, &g);
+    assert_int_equal(xent_linear_forward_backward(&in, &opt, &lo, &out, &g, &ex), XENT_OK);
+    CK(cudaDeviceSynchronize());
+    cudaMemPool_t pool;
+    CK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    uint64_t zero = 0, high = 0;
+    CK(cudaMemPoolTrimTo(pool, 0));
+    CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    assert_int_equal(xent_linear_forward_backward(&in, &opt, &lo, &out, &g, &ex), XENT_OK);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    print_message("linear peak (%s): pool high %llu bytes, workspace_size %zu, logits %zu "
+                  "(1/16: %zu)\n", xent_experimental_last_linear(), (unsigned long long)high, need,
+                  logits, logits / 16);
+    assert_non_null(strstr(xent_experimental_last_linear(), k ? "vocab" : "rows"));
+    assert_true(high <= need + 4096);
+    assert_true(need <= logits / 16);
+  }
   void *all[] = {h, w, t, gx, gw, loss};
   for (size_t i = 0; i < 6; i++) cudaFree(all[i]);
 }
@@ -674,15 +837,18 @@ static void test_cuda_linear_large_extent(void **state) { (void)state; skip(); }
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_linear_plan),
+      cmocka_unit_test(test_linear_schedule),
       cmocka_unit_test(test_linear_errors),
       cmocka_unit_test(test_checker_catches),
       cmocka_unit_test(test_cpu_linear_features),
       cmocka_unit_test(test_cpu_linear_gradients),
       cmocka_unit_test(test_cpu_linear_edges),
+      cmocka_unit_test(test_cpu_linear_vocab),
       cmocka_unit_test(test_cuda_linear_features),
       cmocka_unit_test(test_cuda_linear_gradients),
       cmocka_unit_test(test_cuda_linear_edges),
       cmocka_unit_test(test_cuda_linear_medium),
+      cmocka_unit_test(test_cuda_linear_vocab),
       cmocka_unit_test(test_cuda_linear_diag),
       cmocka_unit_test(test_cuda_linear_bad_target),
       cmocka_unit_test(test_cuda_linear_memory),

@@ -9,6 +9,7 @@
 #define XENT_CUDA_KERNELS_VP_CUH
 
 #include "common/vp.h"
+#include "cuda/device.cuh"
 #include "cuda/params.cuh"
 #include "cuda/reduce.cuh"
 #include "cuda/row.cuh"
@@ -123,6 +124,10 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params 
     elem<T>::store(ep, g * dfac);
   }
 }
+
+/* vp.cu: either kernel over vp.p.rows rows (a block each), for dtype dt. */
+xent_status launch_vp(bool stats, xent_dtype dt, const vp_params &vp, cudaStream_t stream,
+                      const dev_props &dp, const xent_experimental &exp);
 
 }  // namespace xent
 
