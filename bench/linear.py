@@ -12,7 +12,10 @@ Providers (each skipped, with a printed reason, when it is missing or cannot run
                     x W^T, dX = G W and dW = G^T x with G a BT x V bf16 buffer. Not a loss:
                     the floor every method's step is compared with (ratio = time / floor)
     xent            xent.torch.FusedLinearCrossEntropyLoss, default settings
-    xent_fp32accum  the same with accum_dtype=torch.float32 (a V x H fp32 accumulator)
+    xent_fp32accum  the same with accum_dtype=torch.float32 (an fp32 accumulator: V x H over
+                    row chunks, BT x H over the vocabulary's slabs)
+    xent_rows, xent_vocab, xent_fp32accum_rows, xent_fp32accum_vocab
+                    (on request) the same with schedule="rows" or "vocab" asked for
     liger_flce      the peer's LigerFusedLinearCrossEntropyLoss (Triton, chunked)
     cce             cut_cross_entropy.linear_cross_entropy, its default gradient filter
     cce_exact       the same with filter_eps=None (no filtering: every gradient exact)
@@ -57,6 +60,8 @@ SHAPES = [(8192, 4096, 128256), (8192, 2304, 256000), (4096, 4096, 128256), (819
 SWEEP_BT = [2048, 4096, 8192, 16384, 32768]
 PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "cce", "cce_exact",
              "torch_fp32ce", "torch_bf16ce", "torch_compile"]
+# on request only: xent with its schedule fixed (xent.h, "schedule")
+EXTRA_PROVIDERS = ["xent_rows", "xent_vocab", "xent_fp32accum_rows", "xent_fp32accum_vocab"]
 CHUNK_BUDGETS_MIB = [32, 64, 128, 256, 512, 1024]
 
 
@@ -79,7 +84,7 @@ def parse_args(argv=None):
     skip = set(s for s in a.skip.split(",") if s)
     a.provider_names = [n for n in a.providers.split(",") if n and n not in skip]
     for n in a.provider_names:
-        if n not in PROVIDERS:
+        if n not in PROVIDERS + EXTRA_PROVIDERS:
             p.error(f"unknown provider {n!r}")
     return a
 
@@ -111,12 +116,14 @@ def make_providers(torch, names: List[str]):
     for n in names:
         if n == "gemm_floor":
             out[n] = (None, None)  # timed by its own routine
-        elif n in ("xent", "xent_fp32accum"):
+        elif n.startswith("xent"):
             if xt is None:
                 out[n] = (None, xt_reason)
                 continue
+            schedule = n.rsplit("_", 1)[1] if n.endswith(("_rows", "_vocab")) else "auto"
             fn = xt.FusedLinearCrossEntropyLoss(
-                accum_dtype=torch.float32 if n == "xent_fp32accum" else None)
+                accum_dtype=torch.float32 if n.startswith("xent_fp32accum") else None,
+                schedule=schedule)
             out[n] = ((lambda x, w, y, fn=fn: fn(w, x, y)), None)
         elif n == "liger_flce":
             try:

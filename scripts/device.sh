@@ -4,7 +4,7 @@
 # go to $OUT (or out/).
 #
 #   scripts/device.sh [build] [before] [test] [quick] [linear-test] [python] [bench]
-#                     [linear] [linear-ab] [compare] [host] [sanitize]
+#                     [linear] [linear-ab] [linear-sched] [compare] [host] [sanitize]
 #   (no stage: build test python bench linear)
 #
 #   build        CMake + Ninja (Release, sm_90a only), cmocka and OpenBLAS from .deps
@@ -22,6 +22,8 @@
 #   host         bench/host_time.py at BT 1024 (with --parts) and 8192
 #   linear-ab    bench/linear.py (the GEMMs alone and xent) with this tree's library and the
 #                `before` build's in turn, at each of XENT_LINEAR_AB_SHAPES ("BT,H,V ...")
+#   linear-sched bench/linear.py: the GEMMs alone, xent's rows and vocab schedules and auto,
+#                at each of XENT_LINEAR_SCHED_SHAPES ("BT,H,V ...")
 #   vp           bench/vp.py: the vocabulary-parallel shard calls against the single-GPU loss
 #   hf           bench/hf_step.py: a 1B-shaped Hugging Face model's training step with
 #                each loss (memory and time)
@@ -193,6 +195,18 @@ if has linear-ab && in_time linear-ab; then
     done
   done
   note linear-ab "$(grep -E '^  xent ' "$OUT/linear-ab.txt" | awk '{print $2}' | tr '\n' ' ')"
+fi
+if has linear-sched && in_time linear-sched; then
+  # xent's two schedules and auto side by side, with the GEMMs alone, one process a shape,
+  # at each of XENT_LINEAR_SCHED_SHAPES ("BT,H,V ..."; XENT_LINEAR_SCHED_PROVIDERS to change).
+  stamp "linear-sched"
+  for shape in ${XENT_LINEAR_SCHED_SHAPES:-2048,4096,128256 4096,4096,128256 8192,4096,128256}; do
+    PYTHONUNBUFFERED=1 timeout 240 python3 bench/linear.py --shape "$shape" --providers \
+      "${XENT_LINEAR_SCHED_PROVIDERS:-gemm_floor,xent_rows,xent_vocab,xent}" \
+      --out "$OUT/linear-sched.csv" >>"$OUT/linear-sched.txt" 2>&1
+  done
+  note linear-sched "$(grep -cE '^  xent' "$OUT/linear-sched.txt") xent rows"
+  grep -E '^  (gemm|xent)|^linear.py|BT=' "$OUT/linear-sched.txt" | head -60
 fi
 if has bench && in_time bench; then
   stamp "bench"

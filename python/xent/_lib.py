@@ -144,6 +144,7 @@ class XentLinearOptions(Structure):
         ("use_token_scaling", c_int),
         ("chunk_rows", c_int64),
         ("memory_budget", c_size_t),
+        ("schedule", c_int),
     ]
 
 
@@ -328,6 +329,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.xent_linear_forward.restype = c_int
     lib.xent_linear_forward_backward.argtypes = [lin_p, opt_p, lopt_p, out_p, g_p, ex_p]
     lib.xent_linear_forward_backward.restype = c_int
+    lib.xent_experimental_last_linear.argtypes = []
+    lib.xent_experimental_last_linear.restype = c_char_p
     lib.xent_vp_record_floats.argtypes = [opt_p, c_void_p, out_p]
     lib.xent_vp_record_floats.restype = c_int
     lib.xent_vp_stats.argtypes = [in_p, c_int64, c_int64, opt_p, out_p, c_void_p, ex_p]
@@ -356,6 +359,12 @@ def lib() -> ctypes.CDLL:
 
 def last_error() -> str:
     return lib().xent_last_error().decode("utf-8", "replace")
+
+
+def last_linear() -> str:
+    """How this thread's last CUDA fused linear call was cut: "rows chunk=..
+    chunks=.." or "vocab slab=.. slabs=..", or "none"."""
+    return lib().xent_experimental_last_linear().decode("utf-8", "replace")
 
 
 def status_string(status: int) -> str:

@@ -41,7 +41,7 @@ def _blas_or_skip(device):
 # their gradient also rounded to the dtype, then multiplied (fp32
 # accumulation) and rounded again; the weight gradient of a 16-bit dtype
 # once more per chunk.
-def _tol(dtype, device, what, chunks=1):
+def _tol(dtype, device, what, chunks=1, slabs=1):
     u = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}[dtype]
     if what == "loss":
         return Tol(rtol=2e-5 + (4 * u if device != "cpu" else 0), atol_rel=1e-6)
@@ -49,7 +49,10 @@ def _tol(dtype, device, what, chunks=1):
     sub = 2.0**-23 if dtype == torch.float16 else 0.0
     if device == "cpu":
         return Tol(rtol=2 * u + 1e-5, atol_rel=3e-5, atol=sub)
-    extra = chunks * u if what == "weight" and dtype != torch.float32 else 0.0
+    # the gradient that adds up over the pieces: dW over row chunks, dX over
+    # the vocabulary's slabs, one rounding each in a 16-bit dtype
+    pieces = chunks if what == "weight" else slabs if what == "hidden" else 1
+    extra = pieces * u if pieces > 1 and dtype != torch.float32 else 0.0
     return Tol(rtol=2 * u + 1e-5, atol_rel=8 * u + 3e-5 + extra, atol=sub)
 
 
@@ -110,14 +113,11 @@ FEATURES = {
 }
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("feature", list(FEATURES))
-def test_against_reference(rng, device, dtype, reduction, feature):
-    _blas_or_skip(device)
+def _check_against_reference(rng, device, dtype, reduction, feature, n, h, v, **call):
+    """Every output and gradient of one call (bias, all extras, an upstream
+    gradient) against float64. call: the chunking arguments. Returns what
+    xent._lib.last_linear() said of the call."""
     dt = DTYPES[dtype]
-    n, h, v = 67, 45, 509  # not multiples of 8; chunks of 13 rows cut anywhere
     x, w, b, t = _problem(rng, n, h, v, dt, device)
     opts = dict(FEATURES[feature])
     cw = None
@@ -128,10 +128,11 @@ def test_against_reference(rng, device, dtype, reduction, feature):
     out = xt.fused_linear_cross_entropy(x, w, t, b, cw, -100, reduction=reduction,
                                         use_token_scaling=ts, return_z_loss=True,
                                         return_token_accuracy=True, return_predicted_tokens=True,
-                                        chunk_rows=13, **opts)
+                                        **call, **opts)
     go = (torch.from_numpy(rng.uniform(-2, 2, n).astype(np.float32)).to(device)
           if reduction == "none" else torch.tensor(1.7, device=device))
     (out.loss * go).sum().backward()
+    how = xent._lib.last_linear()  # the call with gradients: none's runs in the backward
     ref = _reference(x.detach(), w.detach(), b.detach(), t, device, go=go.cpu(), ce_weight=cw,
                      token_scaling=ts, reduction=reduction, **opts)
     assert out.loss.dtype == torch.float32
@@ -144,10 +145,82 @@ def test_against_reference(rng, device, dtype, reduction, feature):
     assert (pred[~valid] == -1).all()
     agree = (pred == ref["predicted"]).mean()
     assert agree > 0.95, f"predicted tokens agree on {agree:.1%} of rows"
-    chunks = (n + 12) // 13
-    assert_close(f64(x.grad), ref["dx"], _tol(dt, device, "hidden"), "input.grad")
+    # the pieces the gradients added up over (the call's own account)
+    chunks = int(how.split("chunks=")[1]) if how.startswith("rows") else 1
+    slabs = int(how.split("slabs=")[1]) if how.startswith("vocab") else 1
+    assert_close(f64(x.grad), ref["dx"], _tol(dt, device, "hidden", slabs=slabs), "input.grad")
     assert_close(f64(w.grad), ref["dw"], _tol(dt, device, "weight", chunks), "weight.grad")
     assert_close(f64(b.grad), ref["db"], _tol(dt, device, "bias", chunks), "bias.grad")
+    return how
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("feature", list(FEATURES))
+def test_against_reference(rng, device, dtype, reduction, feature):
+    _blas_or_skip(device)
+    # not multiples of 8; chunks of 13 rows cut anywhere
+    how = _check_against_reference(rng, device, dtype, reduction, feature, 67, 45, 509,
+                                   chunk_rows=13)
+    assert how == "rows chunk=13 chunks=6", how
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("feature", ["plain", "smoothing+weights", "zloss+softcap", "everything"])
+def test_vocab_schedule_against_reference(rng, device, dtype, reduction, feature):
+    """The vocabulary's slabs (schedule="vocab"), as the rows schedule is; the
+    default budget of so small a call gives slabs of 256 columns."""
+    _blas_or_skip(device)
+    how = _check_against_reference(rng, device, dtype, reduction, feature, 67, 45, 1509,
+                                   schedule="vocab")
+    assert how == "vocab slab=256 slabs=6", how
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_schedule_choice(rng, device):
+    """auto and "rows" cut rows; "vocab" cuts the vocabulary for any call
+    with a gradient (a frozen head too); a forward cuts rows."""
+    _blas_or_skip(device)
+    x, w, _, t = _problem(rng, 512, 64, 4000, torch.bfloat16, device, bias=False)
+    for wants_w, schedule, want in ((True, "auto", "rows"), (True, "rows", "rows"),
+                                    (True, "vocab", "vocab"), (False, "vocab", "vocab")):
+        xa = x.clone().requires_grad_()
+        wa = w.clone().requires_grad_(wants_w)
+        loss_fn = xt.FusedLinearCrossEntropyLoss(schedule=schedule)
+        loss_fn(wa, xa, t).backward()
+        how = xent._lib.last_linear()
+        assert how.startswith(want), (wants_w, schedule, how)
+    with torch.no_grad():
+        xt.fused_linear_cross_entropy(x, w, t, schedule="vocab")
+    assert xent._lib.last_linear().startswith("rows")
+
+
+@requires_cuda
+def test_hidden_gradient_accumulation_modes(rng):
+    """Over the vocabulary's slabs dX adds up: in bf16 once per slab, in fp32
+    with accum_dtype=float32 (rounded once, as over row chunks); dW is
+    written once a slab. Errors against float64, printed for the results."""
+    n, h, v = 2048, 256, 4096
+    x, w, _, t = _problem(rng, n, h, v, torch.bfloat16, "cuda", bias=False)
+    ref = _reference(x, w, None, t, "cuda")
+    errs = {}
+    for schedule, accum in (("rows", None), ("vocab", None), ("vocab", torch.float32)):
+        xa, wa = x.clone().requires_grad_(), w.clone().requires_grad_()
+        xt.fused_linear_cross_entropy(xa, wa, t, accum_dtype=accum, schedule=schedule,
+                                      memory_budget=2 << 20).backward()
+        how = xent._lib.last_linear()
+        assert how.startswith(schedule), how
+        errs[schedule, accum] = [float(np.linalg.norm(f64(g) - r) / np.linalg.norm(r))
+                                 for g, r in ((xa.grad, ref["dx"]), (wa.grad, ref["dw"]))]
+        print(f"{schedule} accum {accum} ({how}): dX error {errs[schedule, accum][0]:.3e}, "
+              f"dW {errs[schedule, accum][1]:.3e}")
+    rows, vbf, vfp = errs["rows", None], errs["vocab", None], errs["vocab", torch.float32]
+    assert vfp[0] <= vbf[0] and vfp[0] < 1.1 * rows[0]  # fp32: as one rounding
+    assert vbf[0] < 3 * rows[0]                        # bf16 over the slabs: bounded
+    assert vbf[1] <= rows[1] and vbf[1] < 4e-3         # dW written once
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -249,6 +322,10 @@ def test_errors_leave_gradients_alone(rng, device):
         f(x, w, t, accum_dtype=torch.float64)
     with pytest.raises(xent.XentValueError, match="label_smoothing"):
         xt.FusedLinearCrossEntropyLoss(label_smoothing=2.0)
+    with pytest.raises(xent.XentValueError, match="schedule"):
+        xt.FusedLinearCrossEntropyLoss(schedule="columns")
+    with pytest.raises(xent.XentValueError, match="chunk_rows"):
+        f(x, w, t, schedule="vocab", chunk_rows=8)
     bad = t.clone()
     bad[7] = 64
     with pytest.raises(xent.XentValueError, match=r"targets\[7\]"):

@@ -18,12 +18,20 @@ into existing ``.grad`` as usual (gradient accumulation over micro-batches).
 With "none" the forward computes the loss alone and the backward runs the
 chunks again with the per-row upstream gradient. ``accum_dtype=torch.float32``
 adds the weight's gradient up in fp32 over the chunks (a V x H fp32 scratch)
-and rounds it once; the default adds it up in the weight's dtype.
+and rounds it once; the default adds it up in the weight's dtype. (Over the
+vocabulary's slabs it is the hidden states' gradient that adds up.)
 
 Memory: the scratch of a call (``xent_linear_workspace_size``) comes from
 torch's allocator, so ``torch.cuda.max_memory_allocated`` counts it. By
 default it is at most 1/16 of the logits a plain matmul would materialise;
 ``memory_budget`` (bytes) or ``chunk_rows`` trade it against speed.
+
+Schedule (calls with gradients; xent.h, xent_linear_schedule): ``"rows"``
+cuts the rows into chunks (dW is read and written once a chunk);
+``"vocab"`` cuts the vocabulary into slabs over every row (the logits
+computed twice, each slab of dW written once, dX summed over the slabs: on
+the GPU in its dtype, or in fp32 with ``accum_dtype=torch.float32``), meant
+for small batches; ``"auto"`` (default) is "rows".
 
 Target checks: with ``check_targets=True`` (default) a bad target raises
 :class:`xent.XentValueError` before anything is written (on the GPU the call
@@ -46,9 +54,23 @@ from ._common import (_DTYPES, _NONE, _TARGET_TYPES, CrossEntropyOutput, _alloc_
 __all__ = ["FusedLinearCrossEntropyLoss", "fused_linear_cross_entropy"]
 
 
+_SCHEDULES = {"auto": 0, "rows": 1, "vocab": 2}
+
+
+def _schedule_code(schedule, chunk_rows):
+    """xent_linear_schedule's value for "auto", "rows" or "vocab"."""
+    code = _SCHEDULES.get(schedule) if isinstance(schedule, str) else None
+    if code is None:
+        raise XentValueError(9, f"schedule must be 'auto', 'rows' or 'vocab', not {schedule!r}")
+    if code == 2 and int(chunk_rows) > 0:
+        raise XentValueError(9, "chunk_rows sets the rows schedule's chunks; with "
+                                "schedule='vocab' use memory_budget")
+    return code
+
+
 def _run_linear(x, w, targets, bias, ce_weight, reduction, ignore_index, label_smoothing,
                 lse_square_scale, softcap, check, token_scaling, chunk_rows, memory_budget,
-                want_z, want_acc, want_pred, grads=None):
+                schedule, want_z, want_acc, want_pred, grads=None):
     """The C call on tensors. grads: None (forward only) or (want_dx, want_dw,
     want_db, accum_fp32, grad_output or None). Returns (loss, z, acc, pred)
     and, with grads, (dx, dw, db) (None for those not asked for)."""
@@ -61,7 +83,8 @@ def _run_linear(x, w, targets, bias, ce_weight, reduction, ignore_index, label_s
                                _ptr(targets), _TARGET_TYPES[targets.dtype], _ptr(ce_weight))
     opt = _options_for((reduction, ignore_index, label_smoothing, lse_square_scale, softcap,
                         check, True))
-    lopt = _lib.XentLinearOptions(int(token_scaling), int(chunk_rows), int(memory_budget))
+    lopt = _lib.XentLinearOptions(int(token_scaling), int(chunk_rows), int(memory_budget),
+                                  int(schedule))
     out = _lib.XentOutput(_ptr(loss), _ptr(z), _ptr(acc), _ptr(pred), None)
     g = dx = dw = db = None
     if grads is not None:
@@ -92,7 +115,8 @@ def _run_linear(x, w, targets, bias, ce_weight, reduction, ignore_index, label_s
 
 _LARGS = ("Tensor targets, Tensor? bias, Tensor? ce_weight, int reduction, int ignore_index, "
           "float label_smoothing, float lse_square_scale, float? softcap, int check, "
-          "bool token_scaling, int chunk_rows, int memory_budget, bool want_z, bool want_acc, "
+          "bool token_scaling, int chunk_rows, int memory_budget, int schedule, bool want_z, "
+          "bool want_acc, "
           "bool want_pred")
 _LOUTS = "Tensor loss, Tensor z, Tensor acc, Tensor pred"
 torch.library.define("xent::linear_forward",
@@ -121,21 +145,21 @@ def _fixed(x, reduction, want_z, want_acc, want_pred, outs=None):
 @torch.library.impl("xent::linear_forward", ("cpu", "cuda"))
 def _linear_forward_impl(x, w, targets, bias, ce_weight, reduction, ignore_index, label_smoothing,
                          lse_square_scale, softcap, check, token_scaling, chunk_rows,
-                         memory_budget, want_z, want_acc, want_pred):
+                         memory_budget, schedule, want_z, want_acc, want_pred):
     outs = _run_linear(x, w, targets, bias, ce_weight, reduction, ignore_index, label_smoothing,
                        lse_square_scale, softcap, check, token_scaling, chunk_rows, memory_budget,
-                       want_z, want_acc, want_pred)
+                       schedule, want_z, want_acc, want_pred)
     return _fixed(x, reduction, want_z, want_acc, want_pred, outs)
 
 
 @torch.library.impl("xent::linear_forward_backward", ("cpu", "cuda"))
 def _linear_fb_impl(x, w, targets, bias, ce_weight, reduction, ignore_index, label_smoothing,
                     lse_square_scale, softcap, check, token_scaling, chunk_rows, memory_budget,
-                    want_z, want_acc, want_pred, want_dx, want_dw, want_db, accum_fp32,
+                    schedule, want_z, want_acc, want_pred, want_dx, want_dw, want_db, accum_fp32,
                     grad_output):
     outs = _run_linear(x, w, targets, bias, ce_weight, reduction, ignore_index, label_smoothing,
                        lse_square_scale, softcap, check, token_scaling, chunk_rows, memory_budget,
-                       want_z, want_acc, want_pred,
+                       schedule, want_z, want_acc, want_pred,
                        grads=(want_dx, want_dw, want_db, accum_fp32, grad_output))
     dx, dw, db = outs[4:]
     empty = x.new_empty((0,))
@@ -179,12 +203,12 @@ class _LinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, bias, targets, ce_weight, reduction, ignore_index, label_smoothing,
                 lse_square_scale, softcap, check, token_scaling, chunk_rows, memory_budget,
-                accum_fp32, want_z, want_acc, want_pred):
+                schedule, accum_fp32, want_z, want_acc, want_pred):
         want_dx, want_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         want_db = bias is not None and ctx.needs_input_grad[2]
         args = (targets, bias, ce_weight, reduction, ignore_index, label_smoothing,
                 lse_square_scale, softcap, check, token_scaling, chunk_rows, memory_budget,
-                want_z, want_acc, want_pred)
+                schedule, want_z, want_acc, want_pred)
         compiling = torch.compiler.is_compiling()
         ctx.flags = (want_dx, want_dw, want_db, accum_fp32)
         ctx.deferred = reduction == _NONE
@@ -229,7 +253,7 @@ class _LinearFunction(torch.autograd.Function):
                 if g is not None:
                     _rescale(g, grad_loss, applied[i:i + 1])
         return ((dx if want_dx else None), (dw if want_dw else None),
-                (db if want_db else None)) + (None,) * 15
+                (db if want_db else None)) + (None,) * 16
 
 
 # ---------------------------------------------------------------------------
@@ -240,7 +264,7 @@ class _LinearFunction(torch.autograd.Function):
 def _linear_cross_entropy(input, weight, target, bias, ce_weight, ignore_index, red,
                           label_smoothing, lse_square_scale, softcap, return_z_loss, accum_dtype,
                           use_token_scaling, return_token_accuracy, return_predicted_tokens,
-                          chunk_rows, memory_budget, check_targets):
+                          chunk_rows, memory_budget, schedule, check_targets):
     for name, t in (("_input", input), ("lin_weight", weight), ("target", target)):
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a tensor")
@@ -301,7 +325,8 @@ def _linear_cross_entropy(input, weight, target, bias, ce_weight, ignore_index, 
     check = _lib.XENT_TARGETS_CHECKED if check_targets else _lib.XENT_TARGETS_UNCHECKED
     accum_fp32 = accum_dtype == torch.float32 and dtype != torch.float32
     args = (t, cw, red, int(ignore_index), float(label_smoothing), float(lse_square_scale), cap,
-            check, bool(use_token_scaling), int(chunk_rows), int(memory_budget))
+            check, bool(use_token_scaling), int(chunk_rows), int(memory_budget),
+            _schedule_code(schedule, chunk_rows))
     wants = (bool(return_z_loss), bool(return_token_accuracy), bool(return_predicted_tokens))
     grad = torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or
                                         (b is not None and b.requires_grad))
@@ -353,6 +378,7 @@ def fused_linear_cross_entropy(
     *,
     chunk_rows: int = 0,
     memory_budget: int = 0,
+    schedule: str = "auto",
     check_targets: bool = True,
 ):
     """Cross-entropy of ``input @ weight.T + bias`` against ``target`` without
@@ -361,12 +387,14 @@ def fused_linear_cross_entropy(
     Returns the fp32 loss, or a :class:`CrossEntropyOutput` when any
     ``return_*`` flag is set. A mean over no rows is 0. ``chunk_rows`` /
     ``memory_budget`` (bytes): the scratch against speed (0: the default,
-    1/16 of the logits)."""
+    1/16 of the logits). ``schedule``: "auto", "rows" or "vocab" (how a call
+    is cut into pieces, see the module docstring)."""
     red = _check_options(label_smoothing, softcap, reduction)
+    _schedule_code(schedule, chunk_rows)
     return _linear_cross_entropy(input, weight, target, bias, ce_weight, ignore_index, red,
                                  label_smoothing, lse_square_scale, softcap, return_z_loss,
                                  accum_dtype, use_token_scaling, return_token_accuracy,
-                                 return_predicted_tokens, chunk_rows, memory_budget,
+                                 return_predicted_tokens, chunk_rows, memory_budget, schedule,
                                  check_targets)
 
 
@@ -392,9 +420,11 @@ class FusedLinearCrossEntropyLoss(torch.nn.Module):
         *,
         chunk_rows: int = 0,
         memory_budget: int = 0,
+        schedule: str = "auto",
         check_targets: bool = True,
     ):
         super().__init__()
+        _schedule_code(schedule, chunk_rows)
         _check_options(label_smoothing, softcap, reduction)
         if accum_dtype not in (None, torch.float32, torch.bfloat16, torch.float16):
             raise XentValueError(9, f"accum_dtype must be None or torch.float32, not "
@@ -414,6 +444,7 @@ class FusedLinearCrossEntropyLoss(torch.nn.Module):
         self.return_predicted_tokens = return_predicted_tokens
         self.chunk_rows = chunk_rows
         self.memory_budget = memory_budget
+        self.schedule = schedule
         self.check_targets = check_targets
 
     def forward(self, lin_weight: Tensor, _input: Tensor, target: Tensor,
@@ -426,10 +457,12 @@ class FusedLinearCrossEntropyLoss(torch.nn.Module):
                                      self.lse_square_scale, self.softcap, self.return_z_loss,
                                      self.accum_dtype, self.use_token_scaling,
                                      self.return_token_accuracy, self.return_predicted_tokens,
-                                     self.chunk_rows, self.memory_budget, self.check_targets)
+                                     self.chunk_rows, self.memory_budget, self.schedule,
+                                     self.check_targets)
 
     def extra_repr(self) -> str:
         return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
                 f"label_smoothing={self.label_smoothing}, "
                 f"lse_square_scale={self.lse_square_scale}, softcap={self.softcap}, "
-                f"accum_dtype={self.accum_dtype}, use_token_scaling={self.use_token_scaling}")
+                f"accum_dtype={self.accum_dtype}, use_token_scaling={self.use_token_scaling}, "
+                f"schedule={self.schedule!r}")
