@@ -112,17 +112,6 @@ struct scratch {
   float *db;    /* the bias gradient's fp32 sums, or NULL  */
 };
 
-xent_status take_scratch(const xent_linear_call *lc, cudaStream_t stream, scratch *s) {
-  s->base = (char *)lc->ex.workspace;
-  s->owned = s->base == NULL;
-  if (s->owned) CK(cudaMallocAsync((void **)&s->base, lc->plan.total, stream));
-  s->w = carve_workspace(s->base + lc->plan.ce, lc->in.rows);
-  s->z = s->base + lc->plan.logits;
-  s->lt = s->base + lc->plan.lt;
-  s->db = lc->g.bias ? (float *)(s->base + lc->plan.bias) : NULL;
-  return XENT_OK;
-}
-
 /* The call's end: a scratch area it took, given back stream-ordered. */
 xent_status release(const scratch &s, xent_status st, cudaStream_t stream) {
   if (s.owned) {
@@ -130,6 +119,27 @@ xent_status release(const scratch &s, xent_status st, cudaStream_t stream) {
     if (e != cudaSuccess && st == XENT_OK) st = cuda_fail(e, "cudaFreeAsync");
   }
   return st;
+}
+
+/* The start of both schedules: the scratch, the count kernel over every row
+ * (N, W, the scales; the verdict in checked mode), the bias sums zeroed. On
+ * a failure the scratch is already given back. */
+xent_status begin(const xent_linear_call *lc, const xent_call &c, xent_verdict *verdict,
+                  cudaStream_t stream, scratch *s) {
+  s->base = (char *)lc->ex.workspace;
+  s->owned = s->base == NULL;
+  if (s->owned) {
+    cudaError_t e = cudaMallocAsync((void **)&s->base, lc->plan.total, stream);
+    if (e != cudaSuccess) return cuda_fail(e, "cudaMallocAsync");
+  }
+  s->w = carve_workspace(s->base + lc->plan.ce, lc->in.rows);
+  s->z = s->base + lc->plan.logits;
+  s->lt = s->base + lc->plan.lt;
+  s->db = lc->g.bias ? (float *)(s->base + lc->plan.bias) : NULL;
+  xent_status st = launch_count(&c, s->w, verdict, stream);
+  if (!st && s->db && cudaMemsetAsync(s->db, 0, (size_t)lc->in.vocab * 4, stream) != cudaSuccess)
+    st = cuda_fail(cudaGetLastError(), "cudaMemsetAsync");
+  return st ? release(*s, st, stream) : XENT_OK;
 }
 
 /* A call with no rows: the reduced outputs of an empty batch, and the
@@ -166,7 +176,7 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
   xent_verdict *verdict = checked ? verdict_for(&c) : NULL;
 
   scratch sc;
-  if ((st = take_scratch(lc, stream, &sc))) return st;
+  if ((st = begin(lc, c, verdict, stream, &sc))) return st;
   char *ws = sc.base;
   const ce_workspace &w = sc.w;
   char *zbuf = sc.z;
@@ -184,9 +194,6 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
   p0.verdict = checked ? w.hdr : NULL;
   bool verdict_read = false;
 
-  st = launch_count(&c, w, verdict, stream);
-  if (!st && db) st = cudaMemsetAsync(db, 0, (size_t)V * 4, stream) == cudaSuccess
-                          ? XENT_OK : cuda_fail(cudaGetLastError(), "cudaMemsetAsync");
   xent_plan l;
   int64_t planned = -1;
   for (int64_t r0 = 0; st == XENT_OK && r0 < rows; r0 += plan.chunk) {
@@ -289,7 +296,7 @@ xent_status linear_vocab(const xent_linear_call *lc, const dev_props &dp) {
   xent_verdict *verdict = checked ? verdict_for(&c) : NULL;
 
   scratch sc;
-  if ((st = take_scratch(lc, stream, &sc))) return st;
+  if ((st = begin(lc, c, verdict, stream, &sc))) return st;
   char *ws = sc.base;
   const ce_workspace &w = sc.w;
   char *zbuf = sc.z;
@@ -320,9 +327,6 @@ xent_status linear_vocab(const xent_linear_call *lc, const dev_props &dp) {
   vp.gathered = records;
   vp.ranks = (int)plan.slabs;
 
-  st = launch_count(&c, w, verdict, stream);
-  if (!st && db) st = cudaMemsetAsync(db, 0, (size_t)V * 4, stream) == cudaSuccess
-                          ? XENT_OK : cuda_fail(cudaGetLastError(), "cudaMemsetAsync");
   for (int pass = 0; st == XENT_OK && pass < 2; pass++) {
     if (pass == 1 && checked && (st = check_verdict(verdict, &c, false))) break;
     for (int64_t s = 0; st == XENT_OK && s < plan.slabs; s++) {
