@@ -31,7 +31,6 @@ static cublasLtHandle_t g_h;
 static void *g_ws;
 static const size_t kWs = 4u << 20;   /* the library's cuBLASLt workspace */
 static const size_t kWsMax = 64u << 20; /* what the search lets a configuration take */
-static cudaEvent_t g_e0, g_e1;
 
 struct prod {
   const char *name;
@@ -48,23 +47,17 @@ static void setup(prod &p) {
   lt_describe_product(p.ta, p.tb, p.m, p.n, p.k, p.lda, p.ldb, p.ldd, &p.desc, &p.la, &p.lb, &p.ld);
 }
 
-/* Median of `reps` (at most 5) timed runs after 1, in ms; < 0 when the
- * algorithm fails. */
+/* Median of `reps` timed runs after 1, in ms; < 0 when the algorithm
+ * fails. */
 static float time_algo(const prod &p, const cublasLtMatmulAlgo_t *algo, int reps) {
   const float alpha = 1.0f;
-  float ms[5];
-  for (int rep = 0; rep <= reps; rep++) {
-    CK(cudaEventRecord(g_e0));
+  return lt_time(0, 1, reps, [&] {
     if (cublasLtMatmul(g_h, p.desc, &alpha, p.a, p.la, p.b, p.lb, &p.beta, p.d, p.ld, p.d, p.ld,
-                       algo, g_ws, kWsMax, 0) != CUBLAS_STATUS_SUCCESS) {
-      cudaGetLastError();
-      return -1.0f;
-    }
-    CK(cudaEventRecord(g_e1));
-    CK(cudaEventSynchronize(g_e1));
-    if (rep) CK(cudaEventElapsedTime(&ms[rep - 1], g_e0, g_e1));
-  }
-  return lt_median(ms, reps);
+                       algo, g_ws, kWsMax, 0) == CUBLAS_STATUS_SUCCESS)
+      return true;
+    cudaGetLastError();
+    return false;
+  });
 }
 
 struct found {
@@ -257,8 +250,6 @@ int main(int argc, char **argv) {
   if (argc >= 6) which = argv[5];
   LK(cublasLtCreate(&g_h));
   CK(cudaMalloc(&g_ws, kWsMax));
-  CK(cudaEventCreate(&g_e0));
-  CK(cudaEventCreate(&g_e1));
   const long Vs = (V + 7) / 8 * 8;
   const lt_operands o = lt_alloc(BT, H, V, BT);
   __nv_bfloat16 *X = o.X, *W = o.W, *Z = o.Z, *dX = o.dX, *dW = o.dW;

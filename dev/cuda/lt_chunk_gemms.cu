@@ -49,23 +49,13 @@ static timed run(const gemm &g, int reps) {
   memset(&t, 0, sizeof t);
   t.count = found;
   t.best_ms = 1e30f;
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
   const float alpha = 1.0f;
   for (int i = 0; i < found; i++) {
-    float ms[16];
-    bool ok = true;
-    for (int rep = 0; rep < reps + 2 && ok; rep++) {
-      CK(cudaEventRecord(e0));
-      ok = cublasLtMatmul(g_h, desc, &alpha, g.a, la, g.b, lb, &g.beta, g.d, ld, g.d, ld,
-                          &r[i].algo, g_ws, kWs, 0) == CUBLAS_STATUS_SUCCESS;
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      if (rep >= 2) CK(cudaEventElapsedTime(&ms[rep - 2], e0, e1));
-    }
-    if (!ok) continue;
-    const float med = lt_median(ms, reps);
+    const float med = lt_time(0, 2, reps, [&] {
+      return cublasLtMatmul(g_h, desc, &alpha, g.a, la, g.b, lb, &g.beta, g.d, ld, g.d, ld,
+                            &r[i].algo, g_ws, kWs, 0) == CUBLAS_STATUS_SUCCESS;
+    });
+    if (med < 0.0f) continue;
     if (i == 0) t.first_ms = med;
     if (med < t.best_ms) {
       t.best_ms = med;
@@ -73,8 +63,6 @@ static timed run(const gemm &g, int reps) {
       lt_describe_algo(&r[i].algo, t.best_desc, sizeof t.best_desc);
     }
   }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lb);
   cublasLtMatrixLayoutDestroy(ld);

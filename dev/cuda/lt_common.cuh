@@ -1,7 +1,7 @@
 /*
  * lt_common.cuh - what the cuBLASLt experiments in dev/cuda (lt_*.cu)
  * share: error checks that end the program, random bf16 inputs, and the
- * median of a few timings. (The library's own cuBLASLt calls are
+ * median of a few timings (lt_time). (The library's own cuBLASLt calls are
  * src/cuda/lt.cu; these programs link cuBLASLt directly.)
  */
 #ifndef XENT_DEV_CUDA_LT_COMMON_CUH
@@ -87,6 +87,28 @@ static inline float lt_median(float *v, int n) {
         v[b] = t;
       }
   return v[n / 2];
+}
+
+/* The median of `reps` (at most 16) timed runs of what queue_once() puts on
+ * stream s, after `warm` untimed ones, in ms: events around each run. -1
+ * when queue_once() returns false (a product that cannot run). */
+template <typename F>
+static float lt_time(cudaStream_t s, int warm, int reps, F queue_once) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  float ms[16];
+  bool ok = reps >= 1 && reps <= 16;
+  for (int rep = 0; ok && rep < warm + reps; rep++) {
+    CK(cudaEventRecord(e0, s));
+    ok = queue_once();
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    if (ok && rep >= warm) CK(cudaEventElapsedTime(&ms[rep - warm], e0, e1));
+  }
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return ok ? lt_median(ms, reps) : -1.0f;
 }
 
 /* A bf16 product's descriptor (fp32 accumulation) and layouts, in cuBLAS's

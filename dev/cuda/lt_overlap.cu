@@ -176,12 +176,7 @@ static float step_ms(const bufs &B, long BT, long H, long V, long Vs, long chunk
     dw[i] = prepare({false, true, H, V, n, H, Vs, H, fork ? sw : 0}, 1.0f, wsb);
     dw0[i] = prepare({false, true, H, V, n, H, Vs, H, fork ? sw : 0}, 0.0f, wsb);
   }
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  float ms[9];
-  for (int rep = 0; rep < 11; rep++) {
-    CK(cudaEventRecord(e0, B.s0));
+  return lt_time(B.s0, 2, 9, [&] {
     for (long c = 0; c < count; c++) {
       const int i = c == count - 1 ? 1 : 0;
       const long n = ns[i];
@@ -204,13 +199,8 @@ static float step_ms(const bufs &B, long BT, long H, long V, long Vs, long chunk
       CK(cudaStreamWaitEvent(B.s0, B.x_done, 0));
       CK(cudaStreamWaitEvent(B.s0, B.w_done, 0));
     }
-    CK(cudaEventRecord(e1, B.s0));
-    CK(cudaEventSynchronize(e1));
-    if (rep >= 2) CK(cudaEventElapsedTime(&ms[rep - 2], e0, e1));
-  }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  return lt_median(ms, 9);
+    return true;
+  });
 }
 
 /* The in-turn step at 488 rows with an event between every kernel: where the
@@ -300,21 +290,14 @@ static float whole_ms(const bufs &B, long BT, long H, long V) {
   __nv_bfloat16 *Zall;
   CK(cudaMalloc((void **)&Zall, (size_t)BT * V * 2));
   lt_fill(Zall, (size_t)BT * V, 1.0f, 99u);
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  float ms[9];
-  for (int rep = 0; rep < 11; rep++) {
-    CK(cudaEventRecord(e0, B.s0));
+  const float ms = lt_time(B.s0, 2, 9, [&] {
     queue(lg, B.W, B.X, Zall, B.ws0, B.wsb, B.s0);
     queue(dx, B.W, Zall, B.dX, B.ws0, B.wsb, B.s0);
     queue(dw, B.X, Zall, B.dW, B.ws0, B.wsb, B.s0);
-    CK(cudaEventRecord(e1, B.s0));
-    CK(cudaEventSynchronize(e1));
-    if (rep >= 2) CK(cudaEventElapsedTime(&ms[rep - 2], e0, e1));
-  }
+    return true;
+  });
   CK(cudaFree(Zall));
-  return lt_median(ms, 9);
+  return ms;
 }
 
 static void alloc(bufs &B, long BT, long H, long V, long zrows) {
