@@ -95,8 +95,10 @@ size_t xent_linear_workspace_size(const xent_linear_input *in, const xent_linear
   const xent_linear_facts f = plan_facts(in, grads);
   xent_linear_plan plan;
   if (xent_linear_make_plan(&f, &lo, &plan)) {
+    const int by_vocab = lo.schedule == XENT_SCHEDULE_VOCAB &&
+                         (f.weight_grad || f.hidden_grad || f.bias_grad);
     xent_fail(XENT_ERROR_BAD_ARGUMENT, "memory_budget %zu bytes cannot hold one %s of logits",
-              lo.memory_budget, lo.schedule == XENT_SCHEDULE_VOCAB ? "slab" : "row");
+              lo.memory_budget, by_vocab ? "slab" : "row");
     return 0;
   }
   return plan.total;
