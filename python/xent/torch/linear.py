@@ -390,7 +390,6 @@ def fused_linear_cross_entropy(
     1/16 of the logits). ``schedule``: "auto", "rows" or "vocab" (how a call
     is cut into pieces, see the module docstring)."""
     red = _check_options(label_smoothing, softcap, reduction)
-    _schedule_code(schedule, chunk_rows)
     return _linear_cross_entropy(input, weight, target, bias, ce_weight, ignore_index, red,
                                  label_smoothing, lse_square_scale, softcap, return_z_loss,
                                  accum_dtype, use_token_scaling, return_token_accuracy,
