@@ -184,9 +184,8 @@ static long run_case(xt_lin_case c, int backend, xt_rng *rng, const char *tag) {
     fprintf(stderr, "  [%s] status %d: %s\n", desc, (int)st, xent_last_error());
     errs = 1;
   } else {
-    int64_t n = chunks_of(&p), slabs = 1;
-    if (n < 0) n = 1 + c.rows / 64; /* the default plan: at most this many */
-    if (c.rows > 0) { /* what the call did */
+    int64_t n = 0, slabs = 1;
+    if (c.rows > 0) { /* what the call did, by its own account */
       long long a = 0, b = 0;
       const char *how = xent_experimental_last_linear();
       if (sscanf(how, "vocab slab=%lld slabs=%lld", &a, &b) == 2) {
@@ -197,6 +196,10 @@ static long run_case(xt_lin_case c, int backend, xt_rng *rng, const char *tag) {
         }
       } else if (sscanf(how, "rows chunk=%lld chunks=%lld", &a, &b) == 2) {
         n = b;
+        if (chunks_of(&p) > 0 && n != chunks_of(&p)) { /* chunk_rows given: known here */
+          fprintf(stderr, "  [%s] %s, not %lld chunks\n", desc, how, (long long)chunks_of(&p));
+          errs++;
+        }
       } else {
         fprintf(stderr, "  [%s] last linear call: \"%s\"\n", desc, how);
         errs++;
