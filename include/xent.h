@@ -408,7 +408,13 @@ typedef struct xent_linear_input {
  * small batches, where dW's traffic over the rows' chunks costs more than a
  * fourth product (bench/NOTES.md has the estimate). chunk_rows must be 0.
  *
- * Auto (default): rows. */
+ * Auto (default): on the GPU, vocab where a cost model of the two (what
+ * each adds to the three products: the weight's traffic over the rows'
+ * chunks against the fourth product and dX's traffic over the slabs, fitted
+ * to H200 measurements) says it is faster, else rows: vocab for a batch up to
+ * about 4300 rows at H = 4096, V = 128256, never for a frozen head, a
+ * forward, chunk_rows > 0 or a budget that holds one chunk. On the CPU:
+ * rows (its vocab schedule was slower at every shape measured). */
 typedef enum xent_linear_schedule {
   XENT_SCHEDULE_AUTO = 0,
   XENT_SCHEDULE_ROWS = 1,

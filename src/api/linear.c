@@ -35,7 +35,9 @@ static xent_status check_grad_dtype(const char *name, xent_dtype g, xent_dtype i
 }
 
 /* What the plan needs to know of a call (grads NULL: a forward). */
-static xent_linear_facts plan_facts(const xent_linear_input *in, const xent_linear_grads *g) {
+/* flop_per_byte: the backend's, for the auto schedule (xent_linear_facts). */
+static xent_linear_facts plan_facts(const xent_linear_input *in, const xent_linear_grads *g,
+                                    double flop_per_byte) {
   xent_linear_facts f;
   memset(&f, 0, sizeof f);
   f.rows = in->rows;
@@ -51,6 +53,7 @@ static xent_linear_facts plan_facts(const xent_linear_input *in, const xent_line
   /* the full record whatever the options: the plan, and so the workspace's
    * size, depends on the shapes and the gradients only */
   f.record = XENT_VP_FULL;
+  f.flop_per_byte = flop_per_byte;
   return f;
 }
 
@@ -92,7 +95,8 @@ size_t xent_linear_workspace_size(const xent_linear_input *in, const xent_linear
   xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
   if (lopt) lo = *lopt;
   if (check_schedule(&lo)) return 0;
-  const xent_linear_facts f = plan_facts(in, grads);
+  /* the CUDA backend's scratch, so its plan */
+  const xent_linear_facts f = plan_facts(in, grads, XENT_LINEAR_CUDA_FLOP_PER_BYTE);
   xent_linear_plan plan;
   if (xent_linear_make_plan(&f, &lo, &plan)) {
     const int by_vocab = lo.schedule == XENT_SCHEDULE_VOCAB &&
@@ -210,7 +214,11 @@ static xent_status linear_common(const xent_linear_input *in, const xent_options
   xent_sides_add(&sides, "grads->grad_output", c.g.grad_output);
   if ((st = xent_resolve(&c.ex, &sides))) return st;
 
-  const xent_linear_facts facts = plan_facts(in, grads ? &c.g : NULL);
+  /* auto takes rows on the CPU: its vocab schedule was slower at every shape
+   * measured (bench/NOTES.md, v29) */
+  const xent_linear_facts facts =
+      plan_facts(in, grads ? &c.g : NULL,
+                 c.ex.backend == XENT_BACKEND_CPU ? 0.0 : XENT_LINEAR_CUDA_FLOP_PER_BYTE);
   if (xent_linear_make_plan(&facts, &lo, &c.plan)) {
     if (lo.schedule == XENT_SCHEDULE_VOCAB && c.backward)
       return xent_fail(XENT_ERROR_BAD_ARGUMENT,

@@ -54,7 +54,15 @@ typedef struct xent_linear_facts {
   int bias_grad;          /* db is asked for                                      */
   int accum_fp32;         /* XENT_ACCUM_FP32                                      */
   int record;             /* floats per vocabulary-parallel record                */
+  double flop_per_byte;   /* the backend's GEMM rate over its memory bandwidth,
+                             for XENT_SCHEDULE_AUTO; 0: auto takes rows          */
 } xent_linear_facts;
+
+/* The CUDA backend's flop_per_byte: the rate the vocab schedule's extra
+ * logits product reaches among its slabs' products on an H200 (about 380
+ * TFLOP/s, not the 690 of one large GEMM) over the copy bandwidth (4.2
+ * TB/s), both measured (bench/NOTES.md, v30). */
+#define XENT_LINEAR_CUDA_FLOP_PER_BYTE 90.0
 
 typedef struct xent_linear_call {
   xent_linear_input in;  /* strides normalised (never 0)                       */
@@ -125,6 +133,40 @@ static inline int64_t xent_linear_vocab_slab(const xent_linear_facts *f, size_t 
   return least; /* the default budget of a small call: the least slab, as rows take 64 */
 }
 
+/* A piece's fixed cost (its launches and their tails, about 4 us), in bytes
+ * of traffic at the copy bandwidth: what decides for small calls. */
+#define XENT_LINEAR_PIECE_BYTES (16.0 * 1048576.0)
+
+/* The share of the rows schedule's weight traffic a chunk does not hide
+ * under its products, as measured on an H200 over BT = 1024 ... 8192 at
+ * H = 4096, V = 128256 (bench/NOTES.md, v30). */
+#define XENT_LINEAR_ROWS_EXPOSED 0.7
+
+/* XENT_SCHEDULE_AUTO's choice between a rows plan of `chunks` chunks and a
+ * vocab plan of `slabs` slabs, by what each adds to the three products of
+ * the step, in bytes of memory traffic. Rows: per chunk W is read twice (the
+ * logits' product and dX's) and dW read and written (in its accumulator's
+ * dtype; the first chunk only writes), of which XENT_LINEAR_ROWS_EXPOSED
+ * shows. Vocab: the logits' product a second time (2 BT V H flops,
+ * flop_per_byte to a byte), dX read and written once per slab after the
+ * first, two pieces a slab. */
+static inline int xent_linear_auto_vocab(const xent_linear_facts *f, int64_t chunks,
+                                         int64_t slabs) {
+  if (f->flop_per_byte <= 0 || !f->weight_grad || chunks < 2) return 0;
+  const double V = (double)f->vocab, H = (double)f->hidden, BT = (double)f->rows;
+  const double w = (double)f->elem_bytes;
+  const double dw = f->accum_fp32 ? 4.0 : (double)f->weight_grad;
+  const double dx = f->accum_fp32 ? 4.0 : (double)f->hidden_grad;
+  const double rows_cost =
+      XENT_LINEAR_ROWS_EXPOSED * ((double)chunks * 2.0 * V * H * w +
+                                  (double)(chunks - 1) * 2.0 * V * H * dw) +
+      (double)chunks * XENT_LINEAR_PIECE_BYTES;
+  const double vocab_cost = 2.0 * BT * V * H / f->flop_per_byte +
+                            (double)(slabs - 1) * 2.0 * BT * H * dx +
+                            2.0 * (double)slabs * XENT_LINEAR_PIECE_BYTES;
+  return vocab_cost < rows_cost;
+}
+
 /* The plan of a call whose arguments are valid: the pieces (both backends)
  * and the CUDA scratch's layout. Returns 0, or -1 when an explicit
  * memory_budget cannot hold one row (rows) or one slab (vocab). */
@@ -157,6 +199,11 @@ static inline int xent_linear_make_plan(const xent_linear_facts *f, const xent_l
     /* the fp32 accumulator is beside the budget, as the rows schedule's is */
     slab = xent_linear_vocab_slab(f, ce + bias + lt, budget, explicit_budget);
     if (slab == 0) return -1; /* an explicit budget too small for a slab */
+  } else if (lo->schedule == XENT_SCHEDULE_AUTO && rows > 0 && backward && lo->chunk_rows <= 0 &&
+             chunk > 0) {
+    const int64_t s = xent_linear_vocab_slab(f, ce + bias + lt, budget, explicit_budget);
+    if (s > 0 && xent_linear_auto_vocab(f, (rows + chunk - 1) / chunk, (V + s - 1) / s))
+      slab = s;
   }
   if (slab > 0) {
     p->by_vocab = 1;

@@ -565,6 +565,92 @@ static void test_linear_schedule(void **state) {
   assert_int_equal(xent_linear_make_plan(&f, &lo, &plan), -1);
 }
 
+/* The auto schedule (xent.h): vocab where its extra product costs less than
+ * the rows schedule's dW traffic, by the cost model of bench/NOTES.md (v30)
+ * written again here (the rates measured on an H200: the extra product at
+ * 378 TFLOP/s, copies at 4.2 TB/s), and a plan equal to the one chosen when
+ * asked for. */
+static void test_linear_auto_schedule(void **state) {
+  (void)state;
+  struct {
+    int64_t rows, H, V;
+    int dw, accum_fp32;
+    size_t budget;
+    int expect; /* -1: whatever the model says; else by_vocab */
+  } cases[] = {
+      {2048, 4096, 128256, 1, 0, 0, 1},
+      {3072, 4096, 128256, 1, 0, 0, 1},
+      {4096, 4096, 128256, 1, 0, 0, 1}, /* about even when measured         */
+      {6144, 4096, 128256, 1, 0, 0, 0},
+      {8192, 4096, 128256, 1, 0, 0, 0},
+      {16384, 4096, 128256, 1, 0, 0, 0},
+      {5120, 4096, 128256, 1, 0, 0, 0},
+      {5120, 4096, 128256, 1, 1, 0, 1}, /* fp32 dW traffic: twice the bytes */
+      {2048, 4096, 128256, 0, 0, 0, 0}, /* a frozen head: rows              */
+      {2048, 4096, 128256, 1, 0, (size_t)8 << 30, 0}, /* one chunk        */
+      {8192, 2304, 256000, 1, 0, 0, 0},
+      {1024, 2048, 32000, 1, 0, 0, -1},
+      {1024, 1024, 32000, 1, 0, 0, 1},  /* test_torch_linear.py's GPU case   */
+      {512, 64, 4000, 1, 0, 0, 0},      /* small: the pieces' launches decide */
+      {37, 61, 509, 1, 0, 0, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    xent_linear_facts f;
+    memset(&f, 0, sizeof f);
+    f.rows = cases[i].rows, f.hidden = cases[i].H, f.vocab = cases[i].V;
+    f.elem_bytes = 2, f.hidden_grad = 2, f.weight_grad = cases[i].dw ? 2 : 0;
+    f.accum_fp32 = cases[i].accum_fp32;
+    f.record = 8;
+    f.flop_per_byte = XENT_LINEAR_CUDA_FLOP_PER_BYTE;
+    xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
+    lo.memory_budget = cases[i].budget;
+    xent_linear_plan rows_plan, vocab_plan, auto_plan;
+    lo.schedule = XENT_SCHEDULE_ROWS;
+    assert_int_equal(xent_linear_make_plan(&f, &lo, &rows_plan), 0);
+    lo.schedule = XENT_SCHEDULE_VOCAB;
+    assert_int_equal(xent_linear_make_plan(&f, &lo, &vocab_plan), 0);
+    lo.schedule = XENT_SCHEDULE_AUTO;
+    assert_int_equal(xent_linear_make_plan(&f, &lo, &auto_plan), 0);
+    const double V = (double)f.vocab, H = (double)f.hidden, BT = (double)f.rows;
+    const double chunks = (double)((f.rows + rows_plan.chunk - 1) / rows_plan.chunk);
+    const double wbytes = f.weight_grad ? (f.accum_fp32 ? 4.0 : 2.0) : 0.0;
+    const double xbytes = f.accum_fp32 ? 4.0 : 2.0;
+    const double slabs = (double)vocab_plan.slabs, launch_ms = 0.004; /* a piece's launches */
+    /* W read twice a chunk, dW read and written after the first; 70 % of it
+     * shows, the rest hides under the products */
+    const double rows_ms = 0.7 * (chunks * 2 * V * H * 2 + (chunks - 1) * 2 * V * H * wbytes) /
+                               4.2e9 + chunks * launch_ms;
+    const double vocab_ms = 2 * BT * V * H / 378e9 + (slabs - 1) * 2 * BT * H * xbytes / 4.2e9 +
+                            2 * slabs * launch_ms;
+    /* a frozen head or one chunk stays on rows: nothing to save there */
+    const int model = f.weight_grad && chunks > 1 && vocab_ms < rows_ms;
+    print_message("%lld x %lld x %lld%s%s: rows %.0f chunks +%.2f ms, vocab %lld slabs +%.2f ms"
+                  " -> %s\n", (long long)f.rows, (long long)f.hidden, (long long)f.vocab,
+                  f.weight_grad ? "" : " (no dW)", f.accum_fp32 ? " fp32" : "", chunks, rows_ms,
+                  (long long)vocab_plan.slabs, vocab_ms, auto_plan.by_vocab ? "vocab" : "rows");
+    assert_int_equal(auto_plan.by_vocab, model);
+    if (cases[i].expect >= 0) assert_int_equal(auto_plan.by_vocab, cases[i].expect);
+    const xent_linear_plan *same = model ? &vocab_plan : &rows_plan;
+    assert_int_equal(auto_plan.slab, same->slab);
+    assert_int_equal(auto_plan.slabs, same->slabs);
+    assert_int_equal(auto_plan.chunk, same->chunk);
+    assert_int_equal(auto_plan.total, same->total);
+    /* the CPU's facts (no rate) and a forward take rows */
+    f.flop_per_byte = 0;
+    assert_int_equal(xent_linear_make_plan(&f, &lo, &auto_plan), 0);
+    assert_int_equal(auto_plan.by_vocab, 0);
+    f.flop_per_byte = XENT_LINEAR_CUDA_FLOP_PER_BYTE;
+    f.weight_grad = f.hidden_grad = 0;
+    assert_int_equal(xent_linear_make_plan(&f, &lo, &auto_plan), 0);
+    assert_int_equal(auto_plan.by_vocab, 0);
+    /* chunk_rows asks for rows */
+    f.weight_grad = f.hidden_grad = 2;
+    lo.chunk_rows = 256;
+    assert_int_equal(xent_linear_make_plan(&f, &lo, &auto_plan), 0);
+    assert_int_equal(auto_plan.by_vocab, 0);
+  }
+}
+
 /* ------------------------------------------------------------------------ */
 /* CUDA                                                                      */
 /* ------------------------------------------------------------------------ */
@@ -841,6 +927,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_linear_plan),
       cmocka_unit_test(test_linear_schedule),
+      cmocka_unit_test(test_linear_auto_schedule),
       cmocka_unit_test(test_linear_errors),
       cmocka_unit_test(test_checker_catches),
       cmocka_unit_test(test_cpu_linear_features),

@@ -31,7 +31,8 @@ cuts the rows into chunks (dW is read and written once a chunk);
 ``"vocab"`` cuts the vocabulary into slabs over every row (the logits
 computed twice, each slab of dW written once, dX summed over the slabs: on
 the GPU in its dtype, or in fp32 with ``accum_dtype=torch.float32``), meant
-for small batches; ``"auto"`` (default) is "rows".
+for small batches; ``"auto"`` (default) takes vocab on the GPU where xent's
+cost model of the two says it is faster (include/xent.h), else rows.
 
 Target checks: with ``check_targets=True`` (default) a bad target raises
 :class:`xent.XentValueError` before anything is written (on the GPU the call
