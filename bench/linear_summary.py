@@ -94,11 +94,13 @@ def main(argv=None):
             xs = [k[0] for k in sweep if p in tab[k]]
             if not xs:
                 continue
+            # one colour a provider in both panels (the GEMMs alone have no memory line)
+            color = f"C{ORDER.index(p)}"
             ax[0].plot(xs, [tab[(x, 4096, 128256)][p]["speed"] for x in xs], marker="o",
-                       label=NAMES[p])
+                       label=NAMES[p], color=color)
             if p != "gemm_floor":
                 ax[1].plot(xs, [max(tab[(x, 4096, 128256)][p].get("memory", 0), 1) for x in xs],
-                           marker="o", label=NAMES[p])
+                           marker="o", label=NAMES[p], color=color)
         for axis, title, unit in ((ax[0], "step time", "ms"), (ax[1], "extra memory", "MiB")):
             axis.set_xscale("log", base=2)
             axis.set_yscale("log")
@@ -107,6 +109,7 @@ def main(argv=None):
             axis.set_title(title)
             axis.grid(True, alpha=0.3)
         ax[0].legend(fontsize=7)
+        ax[1].legend(fontsize=7)
         fig.tight_layout()
         out = os.path.join(a.plots, "linear_bt_sweep.png")
         fig.savefig(out, dpi=110)
