@@ -497,9 +497,21 @@ static void test_linear_plan(void **state) {
   assert_int_equal(xent_linear_workspace_size(&in, &lo, &g), def);
 }
 
-/* The schedule (xent.h): auto and rows cut rows; vocab cuts the vocabulary
- * into slabs of 8-column multiples that tile it, within the same budget,
- * with every slab's records in the scratch; a forward cuts rows. */
+/* A bf16 call's plan facts with dX asked for (and dW when dw), the full record. */
+static xent_linear_facts bf16_facts(int64_t rows, int64_t H, int64_t V, int dw, int accum_fp32) {
+  xent_linear_facts f;
+  memset(&f, 0, sizeof f);
+  f.rows = rows, f.hidden = H, f.vocab = V;
+  f.elem_bytes = 2, f.hidden_grad = 2, f.weight_grad = dw ? 2 : 0;
+  f.accum_fp32 = accum_fp32;
+  f.record = 8;
+  return f;
+}
+
+/* The schedule (xent.h): rows, and auto with the CPU's facts, cut rows;
+ * vocab cuts the vocabulary into slabs of 8-column multiples that tile it,
+ * within the same budget, with every slab's records in the scratch; a
+ * forward cuts rows. */
 static void test_linear_schedule(void **state) {
   (void)state;
   struct {
@@ -517,12 +529,8 @@ static void test_linear_schedule(void **state) {
       {3, 8, 5, 1, 0, 0},             /* V below a slab */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    xent_linear_facts f;
-    memset(&f, 0, sizeof f);
-    f.rows = cases[i].rows, f.hidden = cases[i].H, f.vocab = cases[i].V;
-    f.elem_bytes = 2, f.hidden_grad = 2, f.weight_grad = cases[i].dw ? 2 : 0;
-    f.accum_fp32 = cases[i].accum_fp32;
-    f.record = 8;
+    xent_linear_facts f = bf16_facts(cases[i].rows, cases[i].H, cases[i].V, cases[i].dw,
+                                     cases[i].accum_fp32);
     xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
     lo.memory_budget = cases[i].budget;
     xent_linear_plan plan;
@@ -595,12 +603,8 @@ static void test_linear_auto_schedule(void **state) {
       {37, 61, 509, 1, 0, 0, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    xent_linear_facts f;
-    memset(&f, 0, sizeof f);
-    f.rows = cases[i].rows, f.hidden = cases[i].H, f.vocab = cases[i].V;
-    f.elem_bytes = 2, f.hidden_grad = 2, f.weight_grad = cases[i].dw ? 2 : 0;
-    f.accum_fp32 = cases[i].accum_fp32;
-    f.record = 8;
+    xent_linear_facts f = bf16_facts(cases[i].rows, cases[i].H, cases[i].V, cases[i].dw,
+                                     cases[i].accum_fp32);
     f.flop_per_byte = XENT_LINEAR_CUDA_FLOP_PER_BYTE;
     xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
     lo.memory_budget = cases[i].budget;
