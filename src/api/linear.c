@@ -34,8 +34,8 @@ static xent_status check_grad_dtype(const char *name, xent_dtype g, xent_dtype i
   return XENT_OK;
 }
 
-/* What the plan needs to know of a call (grads NULL: a forward). */
-/* flop_per_byte: the backend's, for the auto schedule (xent_linear_facts). */
+/* What the plan needs to know of a call (grads NULL: a forward);
+ * flop_per_byte is the backend's, for the auto schedule. */
 static xent_linear_facts plan_facts(const xent_linear_input *in, const xent_linear_grads *g,
                                     double flop_per_byte) {
   xent_linear_facts f;

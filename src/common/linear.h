@@ -195,15 +195,16 @@ static inline int xent_linear_make_plan(const xent_linear_facts *f, const xent_l
   const size_t hacc = f->accum_fp32 && f->hidden_grad && f->hidden_grad != 4
                           ? xent_linear_align((size_t)rows * (size_t)H * 4) : 0;
   int64_t slab = 0;
-  if (lo->schedule == XENT_SCHEDULE_VOCAB && rows > 0 && backward && lo->chunk_rows <= 0) {
+  if (lo->schedule != XENT_SCHEDULE_ROWS && rows > 0 && backward && lo->chunk_rows <= 0) {
     /* the fp32 accumulator is beside the budget, as the rows schedule's is */
-    slab = xent_linear_vocab_slab(f, ce + bias + lt, budget, explicit_budget);
-    if (slab == 0) return -1; /* an explicit budget too small for a slab */
-  } else if (lo->schedule == XENT_SCHEDULE_AUTO && rows > 0 && backward && lo->chunk_rows <= 0 &&
-             chunk > 0) {
     const int64_t s = xent_linear_vocab_slab(f, ce + bias + lt, budget, explicit_budget);
-    if (s > 0 && xent_linear_auto_vocab(f, (rows + chunk - 1) / chunk, (V + s - 1) / s))
+    if (lo->schedule == XENT_SCHEDULE_VOCAB) {
+      if (s == 0) return -1; /* an explicit budget too small for a slab */
       slab = s;
+    } else if (s > 0 && chunk > 0 &&
+               xent_linear_auto_vocab(f, (rows + chunk - 1) / chunk, (V + s - 1) / s)) {
+      slab = s;
+    }
   }
   if (slab > 0) {
     p->by_vocab = 1;

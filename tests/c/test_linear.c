@@ -574,7 +574,7 @@ static void test_linear_schedule(void **state) {
 }
 
 /* The auto schedule (xent.h): vocab where its extra product costs less than
- * the rows schedule's dW traffic, by the cost model of bench/NOTES.md (v30)
+ * the rows schedule's W and dW traffic, by the cost model of bench/NOTES.md (v30)
  * written again here (the rates measured on an H200: the extra product at
  * 378 TFLOP/s, copies at 4.2 TB/s), and a plan equal to the one chosen when
  * asked for. */
