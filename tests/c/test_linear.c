@@ -585,26 +585,33 @@ static void test_linear_auto_schedule(void **state) {
     int dw, accum_fp32;
     size_t budget;
     int expect; /* -1: whatever the model says; else by_vocab */
+    int frozen_trunk;
   } cases[] = {
-      {2048, 4096, 128256, 1, 0, 0, 1},
-      {3072, 4096, 128256, 1, 0, 0, 1},
-      {4096, 4096, 128256, 1, 0, 0, 1}, /* about even when measured         */
-      {6144, 4096, 128256, 1, 0, 0, 0},
-      {8192, 4096, 128256, 1, 0, 0, 0},
-      {16384, 4096, 128256, 1, 0, 0, 0},
-      {5120, 4096, 128256, 1, 0, 0, 0},
-      {5120, 4096, 128256, 1, 1, 0, 1}, /* fp32 dW traffic: twice the bytes */
-      {2048, 4096, 128256, 0, 0, 0, 0}, /* a frozen head: rows              */
-      {2048, 4096, 128256, 1, 0, (size_t)8 << 30, 0}, /* one chunk        */
-      {8192, 2304, 256000, 1, 0, 0, 0},
-      {1024, 2048, 32000, 1, 0, 0, -1},
-      {1024, 1024, 32000, 1, 0, 0, 1},  /* test_torch_linear.py's GPU case   */
-      {512, 64, 4000, 1, 0, 0, 0},      /* small: the pieces' launches decide */
-      {37, 61, 509, 1, 0, 0, 0},
+      {2048, 4096, 128256, 1, 0, 0, 1, 0},
+      {3072, 4096, 128256, 1, 0, 0, 1, 0},
+      {4096, 4096, 128256, 1, 0, 0, 1, 0}, /* about even when measured         */
+      {6144, 4096, 128256, 1, 0, 0, 0, 0},
+      {8192, 4096, 128256, 1, 0, 0, 0, 0},
+      {16384, 4096, 128256, 1, 0, 0, 0, 0},
+      {5120, 4096, 128256, 1, 0, 0, 0, 0},
+      {5120, 4096, 128256, 1, 1, 0, 1, 0}, /* fp32 dW traffic: twice the bytes */
+      {2048, 4096, 128256, 0, 0, 0, 0, 0}, /* a frozen head: rows              */
+      {2048, 4096, 128256, 1, 0, (size_t)8 << 30, 0, 0}, /* one chunk        */
+      {8192, 2304, 256000, 1, 0, 0, 0, 0},
+      {1024, 2048, 32000, 1, 0, 0, -1, 0},
+      {1024, 1024, 32000, 1, 0, 0, 1, 0},  /* test_torch_linear.py's GPU case   */
+      {512, 64, 4000, 1, 0, 0, 0, 0},      /* small: the pieces' launches decide */
+      {37, 61, 509, 1, 0, 0, 0, 0},
+      /* a frozen trunk: W read once a chunk, no dX over the slabs */
+      {2048, 4096, 128256, 1, 0, 0, 1, 1},
+      {4096, 4096, 128256, 1, 0, 0, 0, 1}, /* vocab if W counted twice */
+      {5120, 4096, 128256, 1, 0, 0, 0, 1},
+      {4096, 4096, 128256, 1, 1, 0, -1, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     xent_linear_facts f = bf16_facts(cases[i].rows, cases[i].H, cases[i].V, cases[i].dw,
                                      cases[i].accum_fp32);
+    if (cases[i].frozen_trunk) f.hidden_grad = 0;
     f.flop_per_byte = XENT_LINEAR_CUDA_FLOP_PER_BYTE;
     xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
     lo.memory_budget = cases[i].budget;
@@ -618,19 +625,22 @@ static void test_linear_auto_schedule(void **state) {
     const double V = (double)f.vocab, H = (double)f.hidden, BT = (double)f.rows;
     const double chunks = (double)((f.rows + rows_plan.chunk - 1) / rows_plan.chunk);
     const double wbytes = f.weight_grad ? (f.accum_fp32 ? 4.0 : 2.0) : 0.0;
-    const double xbytes = f.accum_fp32 ? 4.0 : 2.0;
+    const double xbytes = !f.hidden_grad ? 0.0 : f.accum_fp32 ? 4.0 : 2.0;
+    const double reads = f.hidden_grad ? 2.0 : 1.0; /* the logits' product, dX's */
     const double slabs = (double)vocab_plan.slabs, launch_ms = 0.004; /* a piece's launches */
-    /* W read twice a chunk, dW read and written after the first; 70 % of it
-     * shows, the rest hides under the products */
-    const double rows_ms = 0.7 * (chunks * 2 * V * H * 2 + (chunks - 1) * 2 * V * H * wbytes) /
-                               4.2e9 + chunks * launch_ms;
+    /* W read by each product a chunk, dW read and written after the first;
+     * 70 % of it shows, the rest hides under the products */
+    const double rows_ms =
+        0.7 * (chunks * reads * V * H * 2 + (chunks - 1) * 2 * V * H * wbytes) / 4.2e9 +
+        chunks * launch_ms;
     const double vocab_ms = 2 * BT * V * H / 378e9 + (slabs - 1) * 2 * BT * H * xbytes / 4.2e9 +
                             2 * slabs * launch_ms;
     /* a frozen head or one chunk stays on rows: nothing to save there */
     const int model = f.weight_grad && chunks > 1 && vocab_ms < rows_ms;
-    print_message("%lld x %lld x %lld%s%s: rows %.0f chunks +%.2f ms, vocab %lld slabs +%.2f ms"
-                  " -> %s\n", (long long)f.rows, (long long)f.hidden, (long long)f.vocab,
-                  f.weight_grad ? "" : " (no dW)", f.accum_fp32 ? " fp32" : "", chunks, rows_ms,
+    print_message("%lld x %lld x %lld%s%s%s: rows %.0f chunks +%.2f ms, vocab %lld slabs"
+                  " +%.2f ms -> %s\n", (long long)f.rows, (long long)f.hidden, (long long)f.vocab,
+                  f.weight_grad ? "" : " (no dW)", f.hidden_grad ? "" : " (no dX)",
+                  f.accum_fp32 ? " fp32" : "", chunks, rows_ms,
                   (long long)vocab_plan.slabs, vocab_ms, auto_plan.by_vocab ? "vocab" : "rows");
     assert_int_equal(auto_plan.by_vocab, model);
     if (cases[i].expect >= 0) assert_int_equal(auto_plan.by_vocab, cases[i].expect);
