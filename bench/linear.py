@@ -29,11 +29,14 @@ minus the inputs (x, W, y) and minus the gradients dX and dW that every method h
 MiB; xent's scratch comes from torch's allocator, so it is counted.
 
 Also, on request:
+    --frozen-trunk  the hidden states need no gradient: xent computes no dX, the floor
+                    is two GEMMs (the peers compute dW only with dX: leave them out)
     --chunk-curve   xent at several memory budgets at the first shape: time and extra
                     memory of each (what the budget setting costs)
     --weight-error  the weight gradient's error against a float64 reference (computed on
-                    the GPU) for xent (bf16 and fp32 accumulation) and the peer (both), at
-                    the first shape's H and V with a smaller BT
+                    the GPU) for xent (bf16 and fp32 accumulation, by the default schedule
+                    and by rows) and the peer (both), at the first shape's H and V with a
+                    smaller BT
 
 Output: CSV rows in results_csv.py's schema (kernel_name "fused_linear_cross_entropy",
 mode "full"; metrics speed ms, memory MB (extra), floor_ratio, tflops), a table on stdout.
@@ -75,6 +78,8 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--chunk-curve", action="store_true")
     p.add_argument("--weight-error", action="store_true")
+    p.add_argument("--frozen-trunk", action="store_true",
+                   help="no dX: the hidden states need no gradient (xent and the floor only)")
     p.add_argument("--out", default=os.path.join(HERE, "results", "linear.csv"))
     p.add_argument("--no-append", action="store_true")
     p.add_argument("--budget-s", type=float, default=None)
@@ -162,7 +167,7 @@ class Bench:
              * (2.0 / math.sqrt(h))).to(torch.bfloat16)
         y = torch.randint(0, v, (bt,), device="cuda", generator=g)
         y[::13] = -100
-        return x.requires_grad_(), w.requires_grad_(), y
+        return x.requires_grad_(not self.args.frozen_trunk), w.requires_grad_(), y
 
     def time_step(self, fn, x, w, y) -> List[float]:
         torch = self.torch
@@ -194,7 +199,8 @@ class Bench:
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             torch.matmul(x, w.t(), out=logits)
-            torch.matmul(gz, w, out=dx)
+            if not self.args.frozen_trunk:
+                torch.matmul(gz, w, out=dx)
             torch.matmul(gz.t(), x, out=dw)
             b.record()
             torch.cuda.synchronize()
@@ -213,7 +219,7 @@ class Bench:
         fn(x, w, y).backward()
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()
-        grads = x.numel() * x.element_size() + w.numel() * w.element_size()
+        grads = x.numel() * x.element_size() * x.requires_grad + w.numel() * w.element_size()
         x.grad = w.grad = None
         return (peak - base - grads) / 2**20
 
@@ -234,11 +240,20 @@ def weight_error(torch, xt, bt, h, v, seed, chunk_budgets=(None,)):
     def err(dw):
         return float((dw.double() - ref).norm() / ref.norm())
 
+    # The default (auto) takes vocab at this BT, where each slab of dW is written
+    # once; the rows schedule adds dW up over its chunks, one rounding each in
+    # bf16: both are measured, with the plan each call took.
+    import xent._lib as xl
+    f32 = {"accum_dtype": torch.float32}
     for name, kw in (("xent (bf16 accumulation)", {}),
-                     ("xent (accum_dtype=float32)", {"accum_dtype": torch.float32})):
+                     ("xent (accum_dtype=float32)", f32),
+                     ("xent rows (bf16 accumulation)", {"schedule": "rows"}),
+                     ("xent rows (accum_dtype=float32)", {"schedule": "rows", **f32})):
         wa = w.clone().requires_grad_()
-        xt.fused_linear_cross_entropy(x, wa, y, **kw).backward()
-        out[name] = err(wa.grad)
+        loss = xt.fused_linear_cross_entropy(x, wa, y, **kw)
+        how = xl.last_linear().split()  # the forward's plan: it computes the gradients
+        loss.backward()
+        out[f"{name} [{how[0]}, {how[-1].split('=')[-1]} pieces]"] = err(wa.grad)
     try:
         from liger_kernel.transformers.fused_linear_cross_entropy import (
             LigerFusedLinearCrossEntropyLoss)
@@ -280,7 +295,9 @@ def main(argv=None) -> int:
         except Exception:
             print(f"{pkg}: not installed")
     print(f"timing: median (p20 / p80) of {args.iters} steps after {args.warmup}; bf16; "
-          "ratio = time / the three GEMMs alone in this run")
+          "ratio = time / the three GEMMs alone in this run"
+          + ("\nfrozen trunk: no dX; the floor is two GEMMs (logits, dW)" if args.frozen_trunk
+             else ""))
     if args.quick:
         points = [("V", 1024, 512, 32000)]
     elif args.shape:
@@ -316,7 +333,7 @@ def main(argv=None) -> int:
         if args.budget_s and time.time() - t0 > args.budget_s:
             print(f"budget of {args.budget_s:.0f} s spent: stopped before {bt}x{h}x{v}")
             break
-        flops = 6.0 * bt * h * v
+        flops = (4.0 if args.frozen_trunk else 6.0) * bt * h * v
         print(f"\nBT={bt} H={h} V={v}   (logits {bt * v * 2 / 2**20:.0f} MiB in bf16; "
               f"1/16: {bt * v * 2 / 16 / 2**20:.0f} MiB)")
         print(f"  {'provider':<16}{'median ms':>10}  {'(p20 / p80)':<21}{'x floor':>8}"
@@ -379,7 +396,7 @@ def main(argv=None) -> int:
         print(f"\nweight-gradient error against float64 (relative Frobenius), BT={bt} H={h} "
               f"V={v}, mean reduction, bf16 inputs")
         for name, e in weight_error(torch, xt_mod, bt, h, v, args.seed).items():
-            print(f"  {name:<34}{e if isinstance(e, str) else f'{e:.3e}'}")
+            print(f"  {name:<50}{e if isinstance(e, str) else f'{e:.3e}'}")
     out.close()
     print(f"\nrows appended to {args.out}  ({time.time() - t0:.0f} s)")
     return 0
