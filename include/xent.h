@@ -412,7 +412,8 @@ typedef struct xent_linear_input {
  * each adds to the three products: the weight's traffic over the rows'
  * chunks against the fourth product and dX's traffic over the slabs, fitted
  * to H200 measurements) says it is faster, else rows: vocab for a batch up to
- * about 4300 rows at H = 4096, V = 128256, never for a frozen head, a
+ * about 4300 rows at H = 4096, V = 128256 (3250 for a frozen trunk, whose
+ * rows schedule reads W once a chunk), never for a frozen head, a
  * forward, chunk_rows > 0 or a budget that holds one chunk. On the CPU:
  * rows (its vocab schedule was slower at every shape measured). */
 typedef enum xent_linear_schedule {
