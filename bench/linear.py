@@ -31,6 +31,8 @@ MiB; xent's scratch comes from torch's allocator, so it is counted.
 Also, on request:
     --frozen-trunk  the hidden states need no gradient: xent computes no dX, the floor
                     is two GEMMs (the peers compute dW only with dX: leave them out)
+    --frozen-head   the weight needs no gradient (a LoRA run's head): no dW, the floor is
+                    the logits' and dX's GEMMs
     --chunk-curve   xent at several memory budgets at the first shape: time and extra
                     memory of each (what the budget setting costs)
     --weight-error  the weight gradient's error against a float64 reference (computed on
@@ -80,12 +82,16 @@ def parse_args(argv=None):
     p.add_argument("--weight-error", action="store_true")
     p.add_argument("--frozen-trunk", action="store_true",
                    help="no dX: the hidden states need no gradient (xent and the floor only)")
+    p.add_argument("--frozen-head", action="store_true",
+                   help="no dW: the weight needs no gradient")
     p.add_argument("--out", default=os.path.join(HERE, "results", "linear.csv"))
     p.add_argument("--no-append", action="store_true")
     p.add_argument("--budget-s", type=float, default=None)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--quick", action="store_true", help="small shapes (a test of the driver)")
     a = p.parse_args(argv)
+    if a.frozen_trunk and a.frozen_head:
+        p.error("--frozen-trunk and --frozen-head leave nothing to differentiate")
     skip = set(s for s in a.skip.split(",") if s)
     a.provider_names = [n for n in a.providers.split(",") if n and n not in skip]
     for n in a.provider_names:
@@ -167,7 +173,8 @@ class Bench:
              * (2.0 / math.sqrt(h))).to(torch.bfloat16)
         y = torch.randint(0, v, (bt,), device="cuda", generator=g)
         y[::13] = -100
-        return x.requires_grad_(not self.args.frozen_trunk), w.requires_grad_(), y
+        return (x.requires_grad_(not self.args.frozen_trunk),
+                w.requires_grad_(not self.args.frozen_head), y)
 
     def time_step(self, fn, x, w, y) -> List[float]:
         torch = self.torch
@@ -201,7 +208,8 @@ class Bench:
             torch.matmul(x, w.t(), out=logits)
             if not self.args.frozen_trunk:
                 torch.matmul(gz, w, out=dx)
-            torch.matmul(gz.t(), x, out=dw)
+            if not self.args.frozen_head:
+                torch.matmul(gz.t(), x, out=dw)
             b.record()
             torch.cuda.synchronize()
             if i >= self.args.warmup:
@@ -219,7 +227,8 @@ class Bench:
         fn(x, w, y).backward()
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()
-        grads = x.numel() * x.element_size() * x.requires_grad + w.numel() * w.element_size()
+        grads = (x.numel() * x.element_size() * x.requires_grad
+                 + w.numel() * w.element_size() * w.requires_grad)
         x.grad = w.grad = None
         return (peak - base - grads) / 2**20
 
@@ -297,6 +306,8 @@ def main(argv=None) -> int:
     print(f"timing: median (p20 / p80) of {args.iters} steps after {args.warmup}; bf16; "
           "ratio = time / the three GEMMs alone in this run"
           + ("\nfrozen trunk: no dX; the floor is two GEMMs (logits, dW)" if args.frozen_trunk
+             else "")
+          + ("\nfrozen head: no dW; the floor is two GEMMs (logits, dX)" if args.frozen_head
              else ""))
     if args.quick:
         points = [("V", 1024, 512, 32000)]
@@ -333,7 +344,7 @@ def main(argv=None) -> int:
         if args.budget_s and time.time() - t0 > args.budget_s:
             print(f"budget of {args.budget_s:.0f} s spent: stopped before {bt}x{h}x{v}")
             break
-        flops = (4.0 if args.frozen_trunk else 6.0) * bt * h * v
+        flops = (4.0 if args.frozen_trunk or args.frozen_head else 6.0) * bt * h * v
         print(f"\nBT={bt} H={h} V={v}   (logits {bt * v * 2 / 2**20:.0f} MiB in bf16; "
               f"1/16: {bt * v * 2 / 16 / 2**20:.0f} MiB)")
         print(f"  {'provider':<16}{'median ms':>10}  {'(p20 / p80)':<21}{'x floor':>8}"
