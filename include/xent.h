@@ -412,10 +412,11 @@ typedef struct xent_linear_input {
  * each adds to the three products: the weight's traffic over the rows'
  * chunks against the fourth product and dX's traffic over the slabs, fitted
  * to H200 measurements) says it is faster, else rows: vocab for a batch up to
- * about 4300 rows at H = 4096, V = 128256 (3250 for a frozen trunk, whose
- * rows schedule reads W once a chunk), never for a frozen head, a
- * forward, chunk_rows > 0 or a budget that holds one chunk. On the CPU:
- * rows (its vocab schedule was slower at every shape measured). */
+ * about 4200 rows at H = 4096, V = 128256 (3450 for a frozen trunk, whose
+ * rows schedule reads W once a chunk; 1850 for a frozen head, which has no
+ * dW traffic to save), never for a forward, chunk_rows > 0 or a budget that
+ * holds one chunk. On the CPU: rows (its vocab schedule was slower at every
+ * shape measured). */
 typedef enum xent_linear_schedule {
   XENT_SCHEDULE_AUTO = 0,
   XENT_SCHEDULE_ROWS = 1,

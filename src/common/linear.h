@@ -137,32 +137,35 @@ static inline int64_t xent_linear_vocab_slab(const xent_linear_facts *f, size_t 
  * of traffic at the copy bandwidth: what decides for small calls. */
 #define XENT_LINEAR_PIECE_BYTES (16.0 * 1048576.0)
 
-/* The share of the rows schedule's weight traffic a chunk does not hide
- * under its products, as measured on an H200 over BT = 1024 ... 8192 at
- * H = 4096, V = 128256 (bench/NOTES.md, v30). */
-#define XENT_LINEAR_ROWS_EXPOSED 0.7
+/* The shares of the rows schedule's weight traffic a chunk does not hide
+ * under its products: W's reads (by the logits' and dX's products, k = H
+ * and V) and dW's read and write (by a product of k = the chunk's rows,
+ * which hides less), as measured on an H200 over BT = 1024 ... 8192 at
+ * H = 4096, V = 128256 with and without dX and dW (bench/NOTES.md, v30
+ * and v31). */
+#define XENT_LINEAR_W_EXPOSED 0.55
+#define XENT_LINEAR_DW_EXPOSED 0.83
 
 /* XENT_SCHEDULE_AUTO's choice between a rows plan of `chunks` chunks and a
  * vocab plan of `slabs` slabs, by what each adds to the three products of
  * the step, in bytes of memory traffic. Rows: per chunk W is read by the
  * logits' product and, when dX is asked, by dX's, and dW read and written
  * (in its accumulator's dtype; the first chunk only writes), of which
- * XENT_LINEAR_ROWS_EXPOSED shows. Vocab: the logits' product a second time
+ * the shares above show. Vocab: the logits' product a second time
  * (2 BT V H flops, flop_per_byte to a byte), dX (when asked) read and
  * written once per slab after the first, two pieces a slab. A frozen head
- * stays on rows: the saving is dW's traffic, and that case is unmeasured. */
+ * (no dW) pays rows only W's reads, so vocab wins there at smaller BT. */
 static inline int xent_linear_auto_vocab(const xent_linear_facts *f, int64_t chunks,
                                          int64_t slabs) {
-  if (f->flop_per_byte <= 0 || !f->weight_grad || chunks < 2) return 0;
+  if (f->flop_per_byte <= 0 || chunks < 2) return 0;
   const double V = (double)f->vocab, H = (double)f->hidden, BT = (double)f->rows;
   const double w = (double)f->elem_bytes;
-  const double dw = f->accum_fp32 ? 4.0 : (double)f->weight_grad;
+  const double dw = !f->weight_grad ? 0.0 : f->accum_fp32 ? 4.0 : (double)f->weight_grad;
   const double dx = !f->hidden_grad ? 0.0 : f->accum_fp32 ? 4.0 : (double)f->hidden_grad;
   const double w_reads = f->hidden_grad ? 2.0 : 1.0;
-  const double rows_cost =
-      XENT_LINEAR_ROWS_EXPOSED * ((double)chunks * w_reads * V * H * w +
-                                  (double)(chunks - 1) * 2.0 * V * H * dw) +
-      (double)chunks * XENT_LINEAR_PIECE_BYTES;
+  const double rows_cost = XENT_LINEAR_W_EXPOSED * (double)chunks * w_reads * V * H * w +
+                           XENT_LINEAR_DW_EXPOSED * (double)(chunks - 1) * 2.0 * V * H * dw +
+                           (double)chunks * XENT_LINEAR_PIECE_BYTES;
   const double vocab_cost = 2.0 * BT * V * H / f->flop_per_byte +
                             (double)(slabs - 1) * 2.0 * BT * H * dx +
                             2.0 * (double)slabs * XENT_LINEAR_PIECE_BYTES;
