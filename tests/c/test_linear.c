@@ -357,6 +357,12 @@ static void test_cpu_linear_vocab(void **state) {
   assert_true(g_slabs - before > 50);
 }
 
+/* Moves one element by more than any tolerance the checker allows it. */
+static void bump(void *buf, xent_dtype dt, int64_t at) {
+  const double x = xt_load(buf, dt, at);
+  xt_store(buf, dt, at, x + 0.5 * fabs(x) + 1e-3);
+}
+
 /* The checker itself: a wrong result must be caught (a test that cannot
  * fail is no test). Each mutation of a correct CPU result must count. */
 static void test_checker_catches(void **state) {
@@ -373,11 +379,14 @@ static void test_checker_catches(void **state) {
     assert_int_equal(xt_lin_out_make(&p, &o), 0);
     assert_int_equal(run_cpu(&p, &o), XENT_OK);
     assert_int_equal(xt_lin_check(&p, &o, 5, 1, "unchanged"), 0);
+    /* Each gradient is moved by half its magnitude plus 1e-3, away from zero
+     * or up: a form like 2x + 1e-3 leaves x = -1e-3 where it was, and a
+     * fresh seed once drew a bias gradient at such a fixed point. */
     switch (m) {
       case 0: o.loss[0] *= 1.01f; break;                                 /* 1 % off */
-      case 1: xt_store(o.gx, c.gx_dt, 5 * p.gxs + 3, 2 * xt_load(o.gx, c.gx_dt, 5 * p.gxs + 3) + 1e-3); break;
-      case 2: xt_store(o.gw, c.gw_dt, 7 * p.gws + 1, -xt_load(o.gw, c.gw_dt, 7 * p.gws + 1) + 1e-3); break;
-      case 3: xt_store(o.gb, c.gb_dt, 11, xt_load(o.gb, c.gb_dt, 11) * 1.5 + 1e-3); break;
+      case 1: bump(o.gx, c.gx_dt, 5 * p.gxs + 3); break;
+      case 2: bump(o.gw, c.gw_dt, 7 * p.gws + 1); break;
+      case 3: bump(o.gb, c.gb_dt, 11); break;
       case 4: o.lse[3] += 0.01f; break;
       case 5: o.pred[2] = (o.pred[2] + 1) % c.V; if (p.res.row[2].ignored) o.pred[2] = 0; break;
     }
