@@ -11,6 +11,8 @@
  *                              in the step of each benchmark shape
  *   dev-lt_overlap dxconfigs   the same for dX's product (split-K among them),
  *                              dW's in the library's configuration
+ *   dev-lt_overlap dxheur      dX's product as the heuristic ranks it, within
+ *                              4 and 32 MiB, at more models' shapes
  *
  * One step = for each chunk of rows: the logits product into the scratch
  * chunk, a stand-in for the cross-entropy (one read and one write of the
@@ -22,6 +24,7 @@
  * schedule is the median of 9 steps after 2. The products are the library's
  * (src/cuda/linear.cu, column-major terms).
  */
+#include "common/linear.h"
 #include "lt_common.cuh"
 #include <stdint.h>
 #include <stdio.h>
@@ -77,7 +80,8 @@ static void config_name(const config *c, char *out, size_t n) {
   }
 }
 
-static ready prepare(const gemm &g, float beta, size_t ws, const config *cfg = NULL) {
+static ready prepare(const gemm &g, float beta, size_t ws, const config *cfg = NULL,
+                     size_t heur_ws = 4u << 20, int pick = 0) {
   ready r;
   r.beta = beta;
   r.rejected = false;
@@ -88,12 +92,20 @@ static ready prepare(const gemm &g, float beta, size_t ws, const config *cfg = N
     LK(cublasLtMatmulDescSetAttribute(r.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &s, sizeof s));
   }
   cublasLtMatmulHeuristicResult_t res;
-  /* the heuristic within the library's 4 MiB; a configuration may take up to ws */
-  const size_t hws = ws < ((size_t)4 << 20) ? ws : ((size_t)4 << 20);
-  if (lt_heuristic(g_h, r.desc, r.la, r.lb, r.ld, hws, 1, &res) < 1) {
+  /* the heuristic within heur_ws (the library's 4 MiB unless asked), its
+   * result `pick`; a configuration may take up to ws */
+  const size_t hws = ws < heur_ws ? ws : heur_ws;
+  cublasLtMatmulHeuristicResult_t all[8];
+  const int found = lt_heuristic(g_h, r.desc, r.la, r.lb, r.ld, hws, 8, all);
+  if (found < 1) {
     fprintf(stderr, "no algorithm for %ld x %ld x %ld\n", g.m, g.n, g.k);
     exit(1);
   }
+  if (pick >= found) {
+    r.rejected = true;
+    pick = 0;
+  }
+  res = all[pick];
   r.algo = res.algo;
   r.ws = res.workspaceSize;
   if (cfg) {
@@ -208,20 +220,22 @@ static float step_ms(const bufs &B, long BT, long H, long V, long Vs, long chunk
  * step of 9). */
 static float breakdown(const bufs &B, long BT, long H, long V, long Vs, long chunk,
                        const config *cfg = NULL, const config *xcfg = NULL,
-                       size_t xws = 4u << 20) {
+                       size_t xws = 4u << 20, int xpick = -1, size_t xhws = 4u << 20) {
   const long count = (BT + chunk - 1) / chunk;
   const long last = BT - (count - 1) * chunk;
   const long ns[2] = {chunk, last};
   ready lg[2], dx[2], dw[2], dw0[2];
   for (int i = 0; i < 2; i++) {
     lg[i] = prepare({true, false, V, ns[i], H, H, H, Vs, 0}, 0.0f, B.wsb);
-    dx[i] = prepare({false, false, H, ns[i], V, H, Vs, H, 0}, 0.0f, xws, xcfg);
+    dx[i] = prepare({false, false, H, ns[i], V, H, Vs, H, 0}, 0.0f, xws, xcfg, xhws,
+                    xpick > 0 ? xpick : 0);
     dw[i] = prepare({false, true, H, V, ns[i], H, Vs, H, 0}, 1.0f, B.wsb, cfg);
     dw0[i] = prepare({false, true, H, V, ns[i], H, Vs, H, 0}, 0.0f, B.wsb, cfg);
   }
   char who[64], xwho[64];
   config_name(cfg, who, sizeof who);
   config_name(xcfg, xwho, sizeof xwho);
+  if (xpick >= 0) snprintf(xwho, sizeof xwho, "heuristic %d of %zu MiB", xpick, xhws >> 20);
   if (dw[0].rejected || dw[1].rejected || dw0[0].rejected || dw0[1].rejected || dx[0].rejected ||
       dx[1].rejected) {
     printf("  dW %s, dX %s: rejected by cuBLASLt\n", who, xwho);
@@ -268,11 +282,14 @@ static float breakdown(const bufs &B, long BT, long H, long V, long Vs, long chu
       }
   const int m = order[4];
   const double f = 2.0 * (double)BT * H * V / 1e9;
-  if (xcfg)
+  if (xcfg || xpick >= 0) {
+    char algo[160];
+    lt_describe_algo(&dx[0].algo, algo, sizeof algo);
     printf("  chunk %4ld, dX %-36s (workspace %5zu KiB) step %7.3f ms = logits %6.3f (%3.0f "
-           "TF/s) + stand-in %5.3f + dX %6.3f (%3.0f) + dW %6.3f (%3.0f)\n", chunk, xwho,
-           dx[0].ws >> 10, total[m], sums[m][0], f / sums[m][0], sums[m][1], sums[m][2],
-           f / sums[m][2], sums[m][3], f / sums[m][3]);
+           "TF/s) + stand-in %5.3f + dX %6.3f (%3.0f) + dW %6.3f (%3.0f)\n      dX: %s\n", chunk,
+           xwho, dx[0].ws >> 10, total[m], sums[m][0], f / sums[m][0], sums[m][1], sums[m][2],
+           f / sums[m][2], sums[m][3], f / sums[m][3], algo);
+  }
   else
     printf("  chunk %4ld, dW %-28s step %7.3f ms = logits %6.3f (%3.0f TF/s) + stand-in %5.3f + "
            "dX %6.3f (%3.0f) + dW %6.3f (%3.0f)\n", chunk, who, total[m], sums[m][0],
@@ -401,9 +418,63 @@ static void dxconfigs(bufs &B) {
   sweep(B, &dw, cfgs, (int)(sizeof cfgs / sizeof cfgs[0]), true);
 }
 
+/* dX's product as cuBLASLt's heuristic ranks it: each of its first 8 results
+ * within the library's 4 MiB and within 32 MiB, and the two split-K
+ * configurations of dxconfigs, in the step of the benchmark shapes and of
+ * other models' heads, each at the chunk the library's default budget gives
+ * with 4 MiB for cuBLASLt (the chunk held fixed, so a larger workspace is
+ * timed without the rows it would take from the chunk). */
+static void dxheur(bufs &B) {
+  const config dw = {CUBLASLT_MATMUL_TILE_256x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 2, 0, 0};
+  const uint32_t kRed = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  const config split[] = {
+      {CUBLASLT_MATMUL_TILE_256x128, CUBLASLT_CLUSTER_SHAPE_1x2x1, 6, 4, kRed},
+      {CUBLASLT_MATMUL_TILE_144x256, CUBLASLT_CLUSTER_SHAPE_1x1x1, 4, 4, kRed},
+  };
+  const shape more[] = {
+      {8192, 4096, 128256, 0}, {8192, 2304, 256000, 0}, {8192, 2048, 128256, 0},
+      {4096, 4096, 128256, 0}, {8192, 3072, 128256, 0}, {8192, 5120, 152064, 0},
+      {8192, 8192, 128256, 0}, {16384, 2304, 256000, 0}, {4096, 2304, 256000, 0},
+      {16384, 4096, 128256, 0},
+  };
+  for (const shape &s0 : more) {
+    shape sh = s0;
+    /* the library's default chunk: 1/16 of the logits less cuBLASLt's 4 MiB
+     * and the cross-entropy's workspace, in equal chunks (src/common/linear.h) */
+    xent_linear_facts f;
+    memset(&f, 0, sizeof f);
+    f.rows = sh.BT, f.vocab = sh.V, f.hidden = sh.H, f.elem_bytes = 2;
+    f.weight_grad = f.hidden_grad = 2;
+    xent_linear_options lo;
+    memset(&lo, 0, sizeof lo);
+    lo.schedule = XENT_SCHEDULE_ROWS;
+    xent_linear_plan p;
+    if (xent_linear_make_plan(&f, &lo, &p) != 0) exit(1);
+    sh.chunk = p.chunk;
+    const long Vs = (sh.V + 7) / 8 * 8;
+    alloc(B, sh.BT, sh.H, sh.V, sh.chunk);
+    printf("BT=%ld H=%ld V=%ld, chunk %ld, whole products %.3f ms\n", sh.BT, sh.H, sh.V,
+           sh.chunk, whole_ms(B, sh.BT, sh.H, sh.V));
+    const float base = breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk, &dw, NULL, 4u << 20, 0);
+    for (int mib = 4; mib <= 32; mib *= 8)
+      for (int k = mib == 4 ? 1 : 0; k < 8; k++) {
+        const float t = breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk, &dw, NULL, 64u << 20, k,
+                                  (size_t)mib << 20);
+        if (t > 0) printf("    %.3fx the base step\n", t / base);
+      }
+    for (const config &c : split) {
+      const float t = breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk, &dw, &c, 64u << 20);
+      if (t > 0) printf("    %.3fx the base step\n", t / base);
+    }
+    breakdown(B, sh.BT, sh.H, sh.V, Vs, sh.chunk, &dw, NULL, 4u << 20, 0);
+    release(B);
+  }
+}
+
 int main(int argc, char **argv) {
   const bool dx_mode = argc > 1 && strcmp(argv[1], "dxconfigs") == 0;
-  const bool cfg_mode = dx_mode || (argc > 1 && strcmp(argv[1], "configs") == 0);
+  const bool heur_mode = argc > 1 && strcmp(argv[1], "dxheur") == 0;
+  const bool cfg_mode = dx_mode || heur_mode || (argc > 1 && strcmp(argv[1], "configs") == 0);
   long BT = 8192, H = 4096, V = 128256;
   if (!cfg_mode && argc == 4) {
     BT = atol(argv[1]);
@@ -425,8 +496,10 @@ int main(int argc, char **argv) {
   CK(cudaEventCreateWithFlags(&B.w_done, cudaEventDisableTiming));
   if (cfg_mode) {
     printf("lt_overlap %s: bf16, %d SMs, cuBLASLt workspace 4 MiB, steps in turn\n",
-           dx_mode ? "dxconfigs" : "configs", sms);
-    if (dx_mode)
+           heur_mode ? "dxheur" : dx_mode ? "dxconfigs" : "configs", sms);
+    if (heur_mode)
+      dxheur(B);
+    else if (dx_mode)
       dxconfigs(B);
     else
       configs(B);
