@@ -30,7 +30,8 @@ MiB; xent's scratch comes from torch's allocator, so it is counted.
 
 Also, on request:
     --frozen-trunk  the hidden states need no gradient: xent computes no dX, the floor
-                    is two GEMMs (the peers compute dW only with dX: leave them out)
+                    is two GEMMs (the peers' fused losses are left out: the peer's skips
+                    dW too without dX, Cut Cross-Entropy computes dX all the same)
     --frozen-head   the weight needs no gradient (a LoRA run's head): no dW, the floor is
                     the logits' and dX's GEMMs
     --chunk-curve   xent at several memory budgets at the first shape: time and extra
@@ -67,6 +68,8 @@ PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "cce", "cce_e
              "torch_fp32ce", "torch_bf16ce", "torch_compile"]
 # on request only: xent with its schedule fixed (xent.h, "schedule")
 EXTRA_PROVIDERS = ["xent_rows", "xent_vocab", "xent_fp32accum_rows", "xent_fp32accum_vocab"]
+# without dX these would time another step than the floor's
+FULL_STEP_ONLY = ["liger_flce", "cce", "cce_exact"]
 CHUNK_BUDGETS_MIB = [32, 64, 128, 256, 512, 1024]
 
 
@@ -74,7 +77,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sweep", choices=["shapes", "bt", "all"], default="shapes")
     p.add_argument("--shape", default=None, help="one point BT,H,V instead of the sweep")
-    p.add_argument("--providers", default=",".join(PROVIDERS))
+    p.add_argument("--providers", default=None, help="default: " + ",".join(PROVIDERS))
     p.add_argument("--skip", default="")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
@@ -93,10 +96,18 @@ def parse_args(argv=None):
     if a.frozen_trunk and a.frozen_head:
         p.error("--frozen-trunk and --frozen-head leave nothing to differentiate")
     skip = set(s for s in a.skip.split(",") if s)
-    a.provider_names = [n for n in a.providers.split(",") if n and n not in skip]
+    explicit = a.providers is not None
+    names = a.providers.split(",") if explicit else PROVIDERS[:]
+    a.provider_names = [n for n in names if n and n not in skip]
     for n in a.provider_names:
         if n not in PROVIDERS + EXTRA_PROVIDERS:
             p.error(f"unknown provider {n!r}")
+    if a.frozen_trunk:
+        wrong = [n for n in a.provider_names if n in FULL_STEP_ONLY]
+        if wrong and explicit:
+            p.error(f"--frozen-trunk: {', '.join(wrong)} cannot leave dX out "
+                    "(the peer then skips dW too; Cut Cross-Entropy computes dX anyway)")
+        a.provider_names = [n for n in a.provider_names if n not in FULL_STEP_ONLY]
     return a
 
 

@@ -4,6 +4,8 @@ summary says of a CPU run's copy baseline. Neither torch nor a GPU is needed."""
 import os
 import sys
 
+import pytest
+
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 
@@ -67,3 +69,17 @@ def test_compare_kernel_linear_without_a_gpu(capsys):
         return  # the GPU run is the benchmark itself
     assert compare.main(["--kernel", "linear", "--quick"]) == 0
     assert "runs on CUDA only" in capsys.readouterr().out
+
+
+def test_linear_frozen_trunk_leaves_out_the_full_step_peers():
+    import linear
+
+    assert "liger_flce" in linear.parse_args([]).provider_names
+    names = linear.parse_args(["--frozen-trunk"]).provider_names
+    assert "xent" in names and "gemm_floor" in names and "torch_compile" in names
+    assert not set(names) & set(linear.FULL_STEP_ONLY)
+    for peer in linear.FULL_STEP_ONLY:
+        with pytest.raises(SystemExit):
+            linear.parse_args(["--frozen-trunk", "--providers", f"xent,{peer}"])
+    with pytest.raises(SystemExit):
+        linear.parse_args(["--frozen-trunk", "--frozen-head"])
