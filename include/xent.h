@@ -359,7 +359,11 @@ XENT_API xent_status xent_backward_scale(void *grad, xent_dtype dtype, int64_t r
  * in memory_budget bytes of scratch, or by default what fits in 1/16 of the
  * materialised logits' bytes (at least 64 rows, as memory allows). Larger
  * chunks run the products faster and, with a bf16/fp16 weight gradient,
- * round it fewer times (once per chunk); smaller ones hold less.
+ * round it fewer times (once per chunk); smaller ones hold less. On the
+ * GPU, where dX's product over a chunk is small and V long against H (a
+ * 16-bit call), part of the scratch lets cuBLASLt split that product's k,
+ * beside chunk_rows or within the budget (xent_linear_workspace_size counts
+ * it).
  *
  * Token scaling (use_token_scaling, as in the peer library): each row's
  * loss, z-loss and gradient are multiplied by the row's target probability

@@ -34,10 +34,11 @@ static xent_status check_grad_dtype(const char *name, xent_dtype g, xent_dtype i
   return XENT_OK;
 }
 
-/* What the plan needs to know of a call (grads NULL: a forward);
- * flop_per_byte is the backend's, for the auto schedule. */
+/* What the plan needs to know of a call (grads NULL: a forward); cuda: the
+ * CUDA backend's facts (its rate for the auto schedule, its dX split), else
+ * the CPU's. */
 static xent_linear_facts plan_facts(const xent_linear_input *in, const xent_linear_grads *g,
-                                    double flop_per_byte) {
+                                    int cuda) {
   xent_linear_facts f;
   memset(&f, 0, sizeof f);
   f.rows = in->rows;
@@ -53,7 +54,8 @@ static xent_linear_facts plan_facts(const xent_linear_input *in, const xent_line
   /* the full record whatever the options: the plan, and so the workspace's
    * size, depends on the shapes and the gradients only */
   f.record = XENT_VP_FULL;
-  f.flop_per_byte = flop_per_byte;
+  f.flop_per_byte = cuda ? XENT_LINEAR_CUDA_FLOP_PER_BYTE : 0.0;
+  f.dx_split = cuda ? XENT_LINEAR_CUDA_DX_SPLIT : 0;
   return f;
 }
 
@@ -96,7 +98,7 @@ size_t xent_linear_workspace_size(const xent_linear_input *in, const xent_linear
   if (lopt) lo = *lopt;
   if (check_schedule(&lo)) return 0;
   /* the CUDA backend's scratch, so its plan */
-  const xent_linear_facts f = plan_facts(in, grads, XENT_LINEAR_CUDA_FLOP_PER_BYTE);
+  const xent_linear_facts f = plan_facts(in, grads, 1);
   xent_linear_plan plan;
   if (xent_linear_make_plan(&f, &lo, &plan)) {
     const int by_vocab = lo.schedule == XENT_SCHEDULE_VOCAB &&
@@ -217,8 +219,7 @@ static xent_status linear_common(const xent_linear_input *in, const xent_options
   /* auto takes rows on the CPU: its vocab schedule was slower at every shape
    * measured (bench/NOTES.md, v29) */
   const xent_linear_facts facts =
-      plan_facts(in, grads ? &c.g : NULL,
-                 c.ex.backend == XENT_BACKEND_CPU ? 0.0 : XENT_LINEAR_CUDA_FLOP_PER_BYTE);
+      plan_facts(in, grads ? &c.g : NULL, c.ex.backend != XENT_BACKEND_CPU);
   if (xent_linear_make_plan(&facts, &lo, &c.plan)) {
     if (lo.schedule == XENT_SCHEDULE_VOCAB && c.backward)
       return xent_fail(XENT_ERROR_BAD_ARGUMENT,

@@ -23,7 +23,8 @@ extern "C" {
  *   ce       the cross-entropy workspace over all rows (workspace.h)
  *   logits   one piece of logits in the input's dtype: chunk x V (rows
  *            schedule) or rows x slab (vocab); its gradient is written over it
- *   lt       cuBLASLt's workspace
+ *   lt       cuBLASLt's workspace: lt_dx_bytes, of which the logits' and dW's
+ *            products take the first lt_bytes
  *   bias     fp32 sums of the bias gradient (V floats), when asked for
  *   weight   the fp32 accumulator of XENT_ACCUM_FP32 (V x H floats), rows
  *            schedule, when grad_weight is not fp32 already
@@ -41,7 +42,9 @@ typedef struct xent_linear_plan {
                            up to 16 bytes, for vector loads and cuBLASLt's TMA   */
   int record;           /* floats per record (vocab schedule)                    */
   size_t ce, logits, lt, bias, weight, records, hidden; /* offsets               */
-  size_t lt_bytes;
+  size_t lt_bytes;      /* cuBLASLt's workspace for the logits' and dW's products */
+  size_t lt_dx_bytes;   /* for dX's: lt_bytes, or more where it splits k (the
+                           part's size)                                          */
   size_t total;         /* bytes                                                 */
 } xent_linear_plan;
 
@@ -56,6 +59,9 @@ typedef struct xent_linear_facts {
   int record;             /* floats per vocabulary-parallel record                */
   double flop_per_byte;   /* the backend's GEMM rate over its memory bandwidth,
                              for XENT_SCHEDULE_AUTO; 0: auto takes rows          */
+  int dx_split;           /* the backend's dX product may split k = V this many
+                             ways over a small chunk, in fp32 partials (the CUDA
+                             backend's XENT_LINEAR_CUDA_DX_SPLIT); 0: never      */
 } xent_linear_facts;
 
 /* The CUDA backend's flop_per_byte: the rate the vocab schedule's extra
@@ -63,6 +69,17 @@ typedef struct xent_linear_facts {
  * TFLOP/s, not the 690 of one large GEMM) over the copy bandwidth (4.2
  * TB/s), both measured (bench/NOTES.md, v30). */
 #define XENT_LINEAR_CUDA_FLOP_PER_BYTE 90.0
+
+/* dX's product over a chunk, G_c W (chunk x V times V x H), has k = V and an
+ * output of chunk x H: at the default budget a chunk of 488 rows and H = 2304
+ * make 36 tiles of 128 x 256 for 132 SMs, and cuBLASLt then runs it at 410
+ * TFLOP/s, 600 once it may split k into fp32 partials (its heuristic takes
+ * 7 or 8 ways, given the room; bench/NOTES.md, v32). The room, chunk x H x 4
+ * bytes a split, comes out of the chunk's rows, so it is reserved only where
+ * the output is that small and the room a small share of a logits row. */
+#define XENT_LINEAR_CUDA_DX_SPLIT 8
+#define XENT_LINEAR_SPLIT_TILES 40
+#define XENT_LINEAR_SPLIT_SHARE 6 /* the room at most 1/6 of a logits row */
 
 typedef struct xent_linear_call {
   xent_linear_input in;  /* strides normalised (never 0)                       */
@@ -131,6 +148,19 @@ static inline int64_t xent_linear_vocab_slab(const xent_linear_facts *f, size_t 
   }
   if (explicit_budget) return 0;
   return least; /* the default budget of a small call: the least slab, as rows take 64 */
+}
+
+/* The room per row for dX's split product, or 0 where it is not reserved:
+ * a 16-bit call with dX whose chunk's output has few tiles and a vocabulary
+ * long against H (XENT_LINEAR_CUDA_DX_SPLIT). */
+static inline size_t xent_linear_split_room(const xent_linear_facts *f, int64_t chunk) {
+  if (f->dx_split < 2 || !f->hidden_grad || f->elem_bytes != 2 || chunk < 1) return 0;
+  const int64_t tiles = (chunk + 127) / 128 * ((f->hidden + 255) / 256);
+  const size_t room = (size_t)f->hidden * 4 * (size_t)f->dx_split;
+  if (tiles > XENT_LINEAR_SPLIT_TILES ||
+      room * XENT_LINEAR_SPLIT_SHARE > (size_t)f->vocab * f->elem_bytes)
+    return 0;
+  return room;
 }
 
 /* A piece's fixed cost (its launches and their tails, about 4 us), in bytes
@@ -220,7 +250,7 @@ static inline int xent_linear_make_plan(const xent_linear_facts *f, const xent_l
     p->ce = 0;
     p->logits = ce;
     p->lt = p->logits + xent_linear_align((size_t)rows * (size_t)slab * es);
-    p->lt_bytes = lt;
+    p->lt_bytes = p->lt_dx_bytes = lt;
     p->bias = p->lt + lt;
     p->weight = p->bias + bias;
     p->records = p->weight;
@@ -230,7 +260,20 @@ static inline int xent_linear_make_plan(const xent_linear_facts *f, const xent_l
     return 0;
   }
   if (chunk < 0) return -1; /* an explicit budget too small for a row */
-  const int64_t c = rows == 0 ? 0 : chunk;
+  int64_t c = rows == 0 ? 0 : chunk;
+  /* dX's split room: the chunk again with it in every row (an explicit
+   * chunk_rows stays, the room beside it; a budget that then holds no row
+   * goes without) */
+  size_t lt_dx = lt;
+  const size_t room = xent_linear_split_room(f, c);
+  if (room) {
+    const int64_t c2 = xent_linear_rows_chunk(f, lo, row_bytes + room, ce + bias + lt, budget,
+                                              explicit_budget);
+    if (c2 > 0) {
+      c = c2;
+      lt_dx = lt + xent_linear_align((size_t)(c > rows ? rows : c) * room);
+    }
+  }
   const int wacc = f->accum_fp32 && f->weight_grad && f->weight_grad != 4;
   p->chunk = c > rows ? rows : c;
   p->slab = V;
@@ -240,7 +283,8 @@ static inline int xent_linear_make_plan(const xent_linear_facts *f, const xent_l
   p->logits = ce;
   p->lt = p->logits + xent_linear_align((size_t)p->chunk * row_bytes);
   p->lt_bytes = lt;
-  p->bias = p->lt + lt;
+  p->lt_dx_bytes = lt_dx;
+  p->bias = p->lt + lt_dx;
   p->weight = p->bias + bias;
   p->records = p->hidden = p->weight + (wacc ? xent_linear_align((size_t)V * (size_t)H * 4) : 0);
   p->total = p->records;

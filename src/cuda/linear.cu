@@ -251,7 +251,7 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
                     zbuf, plan.chunk_stride, in.dtype,
                     (char *)g.hidden + (size_t)(r0 * g.hidden_stride) * gs, g.hidden_stride,
                     g.hidden_dtype, 1.0f, g.accumulate ? 1.0f : 0.0f, NULL, false};
-      if ((st = lt_matmul(g2, ltws, plan.lt_bytes, stream))) break;
+      if ((st = lt_matmul(g2, ltws, plan.lt_dx_bytes, stream))) break;
     }
     if (g.weight) { /* dW (+)= G^T X_c */
       const bool more = r0 > 0 || (!fp32acc && g.accumulate);

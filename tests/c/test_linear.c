@@ -678,6 +678,69 @@ static void test_linear_auto_schedule(void **state) {
   }
 }
 
+/* dX's split room (linear.h, XENT_LINEAR_CUDA_DX_SPLIT): reserved in the
+ * CUDA backend's facts where the chunk's dX output has at most 40 tiles of
+ * 128 x 256 and the room (H x 4 bytes a split) is at most 1/6 of a logits
+ * row, out of the same budget; nowhere else. */
+static void test_linear_split_room(void **state) {
+  (void)state;
+  struct {
+    int64_t rows, H, V;
+    int hidden_grad, elem;
+    int64_t chunk_rows;
+    size_t budget;
+    int expect;
+  } cases[] = {
+      {8192, 2304, 256000, 2, 2, 0, 0, 1},
+      {4096, 2304, 256000, 2, 2, 0, 0, 1},
+      {8192, 2304, 256000, 2, 2, 488, 0, 1},  /* the chunk asked for stays, room beside  */
+      {8192, 4096, 128256, 2, 2, 0, 0, 0},    /* 64 tiles                                */
+      {8192, 2048, 128256, 2, 2, 0, 0, 0},    /* the room 1/4 of a row                   */
+      {4096, 4096, 128256, 2, 2, 0, 0, 0},    /* 32 tiles, the room 1/2 of a row         */
+      {16384, 2304, 256000, 2, 2, 0, 0, 0},   /* 72 tiles                                */
+      {8192, 2304, 256000, 0, 2, 0, 0, 0},    /* a frozen trunk: no dX                   */
+      {8192, 2304, 256000, 4, 4, 0, 0, 0},    /* fp32: not measured                      */
+      {8192, 2304, 256000, 2, 2, 0, 1, 0},    /* 1: the least budget, no row's room      */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    xent_linear_facts f = bf16_facts(cases[i].rows, cases[i].H, cases[i].V, 1, 0);
+    f.hidden_grad = (size_t)cases[i].hidden_grad;
+    f.elem_bytes = (size_t)cases[i].elem;
+    xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
+    lo.schedule = XENT_SCHEDULE_ROWS;
+    lo.chunk_rows = cases[i].chunk_rows;
+    lo.memory_budget = cases[i].budget;
+    xent_linear_plan plain, split;
+    if (cases[i].budget == 1) /* the least budget (in 4 KiB steps) holding one row */
+      while (xent_linear_make_plan(&f, &lo, &plain) != 0) lo.memory_budget += 4096;
+    assert_int_equal(xent_linear_make_plan(&f, &lo, &plain), 0); /* the CPU's facts */
+    f.dx_split = XENT_LINEAR_CUDA_DX_SPLIT;
+    assert_int_equal(xent_linear_make_plan(&f, &lo, &split), 0);
+    const size_t room = (size_t)f.hidden * 4 * XENT_LINEAR_CUDA_DX_SPLIT;
+    print_message("%lld x %lld x %lld: chunk %lld -> %lld, dX's workspace %zu bytes\n",
+                  (long long)f.rows, (long long)f.hidden, (long long)f.vocab,
+                  (long long)plain.chunk, (long long)split.chunk, split.lt_dx_bytes);
+    assert_int_equal(plain.lt_dx_bytes, plain.lt_bytes);
+    assert_int_equal(split.lt_bytes, plain.lt_bytes);
+    if (!cases[i].expect) {
+      assert_int_equal(split.lt_dx_bytes, split.lt_bytes);
+      assert_int_equal(split.chunk, plain.chunk);
+      assert_int_equal(split.total, plain.total);
+      continue;
+    }
+    assert_true(split.lt_dx_bytes >= split.lt_bytes + (size_t)split.chunk * room);
+    assert_true(split.bias >= split.lt + split.lt_dx_bytes);
+    if (cases[i].chunk_rows) {
+      assert_int_equal(split.chunk, cases[i].chunk_rows);
+    } else { /* fewer rows, within the same budget */
+      const size_t logits = (size_t)f.rows * (size_t)f.vocab * 2;
+      assert_true(split.chunk < plain.chunk);
+      assert_true(split.chunk >= plain.chunk * 3 / 4);
+      assert_true(split.total <= logits / 16);
+    }
+  }
+}
+
 /* ------------------------------------------------------------------------ */
 /* CUDA                                                                      */
 /* ------------------------------------------------------------------------ */
@@ -770,6 +833,15 @@ static void test_cuda_linear_medium(void **state) {
     c.chunk_rows = 300;
     c.alpha = 0.05;
     errs += run_case(c, 2, &rng, "medium");
+  }
+  /* V long against H in 16 bits: dX's product gets the split room */
+  for (size_t d = 0; d < 3; d++) {
+    if (DTYPES[d] == XENT_FLOAT32) continue;
+    xt_lin_case c = xt_lin_default(DTYPES[d], 1000, 64, 16000);
+    c.chunk_rows = 0;
+    c.alpha = 0.05;
+    c.bias = 1;
+    errs += run_case(c, 2, &rng, "medium split room");
   }
   assert_int_equal(errs, 0);
 }
@@ -955,6 +1027,7 @@ int main(void) {
       cmocka_unit_test(test_linear_plan),
       cmocka_unit_test(test_linear_schedule),
       cmocka_unit_test(test_linear_auto_schedule),
+      cmocka_unit_test(test_linear_split_room),
       cmocka_unit_test(test_linear_errors),
       cmocka_unit_test(test_checker_catches),
       cmocka_unit_test(test_cpu_linear_features),
