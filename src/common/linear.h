@@ -271,7 +271,7 @@ static inline int xent_linear_make_plan(const xent_linear_facts *f, const xent_l
                                               explicit_budget);
     if (c2 > 0) {
       c = c2;
-      lt_dx = lt + xent_linear_align((size_t)(c > rows ? rows : c) * room);
+      lt_dx = lt + xent_linear_align((size_t)c * room); /* c <= rows, as rows_chunk gives */
     }
   }
   const int wacc = f->accum_fp32 && f->weight_grad && f->weight_grad != 4;
