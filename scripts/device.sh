@@ -4,7 +4,7 @@
 # go to $OUT (or out/).
 #
 #   scripts/device.sh [build] [before] [test] [quick] [linear-test] [python] [bench]
-#                     [linear] [linear-ab] [linear-sched] [compare] [host] [sanitize]
+#                     [linear] [linear-ab] [linear-sched] [compare] [host] [sanitize] [power]
 #   (no stage: build test python bench linear)
 #
 #   build        CMake + Ninja (Release, sm_90a only), cmocka and OpenBLAS from .deps
@@ -28,6 +28,11 @@
 #   hf           bench/hf_step.py: a 1B-shaped Hugging Face model's training step with
 #                each loss (memory and time)
 #   sanitize     compute-sanitizer memcheck of test_linear's CUDA tests
+#   power        is the card at its power cap through the fused linear loss's work?
+#                dev-lt_overlap power (the chunk products alone and back to back, the whole
+#                products, the step, the card read through NVML meanwhile), then
+#                bench/linear.py's floor, xent and torch.compile at the first shape, one
+#                process each, with nvidia-smi sampling the card every 20 ms
 #   variant      a copy of the tree changed by XENT_VARIANT_SED ("file|sed-script"), its
 #                xent-bench run in the bench stage after this tree's and before it again
 #
@@ -263,6 +268,34 @@ if has host && in_time host; then
   note host "rc=$?"
 fi
 
+if has power && in_time power; then
+  stamp "power"
+  if cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_PTX=OFF \
+       -DXENT_BUILD_DEV=ON -DXENT_BUILD_TESTS=OFF -DXENT_BUILD_BENCH=OFF >"$LOGS/power.log" 2>&1 &&
+     cmake --build build-dev -j 16 --target dev-lt_overlap >>"$LOGS/power.log" 2>&1; then
+    timeout 300 build-dev/dev/dev-lt_overlap power >"$OUT/power.log" 2>&1
+  else
+    cp "$LOGS/power.log" "$OUT/power-build.log"
+  fi
+  # The benchmark's own runs: the card's state over the samples drawing over 400 W (the
+  # timed steps and their warm-up, not the process's start).
+  for prov in gemm_floor xent torch_compile; do
+    nvidia-smi --query-gpu=clocks.sm,power.draw,clocks_event_reasons.sw_power_cap \
+      --format=csv,noheader,nounits -lms 20 >"$LOGS/smi-$prov.csv" 2>&1 &
+    smi=$!
+    PYTHONUNBUFFERED=1 timeout 200 python3 bench/linear.py --shape 8192,4096,128256 \
+      --providers "$prov" --iters 30 --out "$OUT/power-linear.csv" >>"$OUT/power-linear.log" 2>&1
+    kill $smi 2>/dev/null
+    wait $smi 2>/dev/null
+    awk -F', *' -v p="$prov" '$2 + 0 > 400 { n++; c += $1; w += $2; cap += ($3 ~ /^Active/) }
+      END { if (n) printf "%-14s %5d samples over 400 W: SM %4.0f MHz, %3.0f W, power cap %3.0f %%\n",
+            p, n, c / n, w / n, 100 * cap / n; else print p, "no samples over 400 W" }' \
+      "$LOGS/smi-$prov.csv" >>"$OUT/power.log"
+  done
+  grep -E '^  (gemm|xent|torch)' "$OUT/power-linear.log" >>"$OUT/power.log"
+  note power "$(grep -c 'TF/s' "$OUT/power.log") probe lines"
+fi
+
 stamp "done"
 echo "==================== summary ===================="
 printf '%s\n' "${SUMMARY[@]}"
@@ -274,4 +307,5 @@ done
 [ -f "$OUT/vp.log" ] && { echo "-- vp"; tail -5 "$OUT/vp.log"; }
 [ -f "$OUT/hf.log" ] && { echo "-- hf"; tail -8 "$OUT/hf.log"; }
 [ -f "$OUT/host.log" ] && { echo "-- host"; grep -vE '^\s*$' "$OUT/host.log" | tail -60; }
+[ -f "$OUT/power.log" ] && { echo "-- power"; cat "$OUT/power.log"; }
 exit 0

@@ -13,6 +13,12 @@
  *                              dW's in the library's configuration
  *   dev-lt_overlap dxheur      dX's product as the heuristic ranks it, within
  *                              4 and 32 MiB, at more models' shapes
+ *   dev-lt_overlap power       each chunk product alone (a sync after each) and
+ *                              back to back, the whole products and the step,
+ *                              each for a few seconds, with the SM clock, the
+ *                              board's power and its clock-limit reasons read
+ *                              through NVML meanwhile: is the step slower than
+ *                              its products alone because of the power cap?
  *
  * One step = for each chunk of rows: the logits product into the scratch
  * chunk, a stand-in for the cross-entropy (one read and one write of the
@@ -26,10 +32,14 @@
  */
 #include "common/linear.h"
 #include "lt_common.cuh"
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 
 static cublasLtHandle_t g_h;
@@ -471,12 +481,235 @@ static void dxheur(bufs &B) {
   }
 }
 
+/* ---- power: the card's state while each kind of work runs ---------------
+ * NVML is the driver's library (libnvidia-ml.so.1); the toolkit ships no
+ * header for it here, so the few calls are declared by hand (nvml.h's
+ * signatures: the device handle is a pointer, the rest unsigned). */
+typedef int (*nvml_init_fn)(void);
+typedef int (*nvml_handle_fn)(unsigned, void **);
+typedef int (*nvml_clock_fn)(void *, int, unsigned *);
+typedef int (*nvml_power_fn)(void *, unsigned *);
+typedef int (*nvml_reasons_fn)(void *, unsigned long long *);
+typedef int (*nvml_temp_fn)(void *, int, unsigned *);
+
+struct probe {
+  void *dev;
+  nvml_clock_fn clock;
+  nvml_power_fn power;
+  nvml_reasons_fn reasons;
+  nvml_temp_fn temp;
+  volatile int run, measure; /* the sampler's switches */
+  /* sums over the samples taken while measure is on */
+  double mhz, watts, celsius;
+  long n, capped, slowed;
+  unsigned long long seen;
+  pthread_mutex_t mu;
+};
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+/* One sample every 10 ms. Reasons (nvml.h): 0x1 idle, 0x4 the software power
+ * cap, 0x8 | 0x40 | 0x80 hardware slowdowns, 0x20 software thermal. */
+static void *sampler(void *arg) {
+  probe *p = (probe *)arg;
+  while (p->run) {
+    unsigned mhz = 0, mw = 0, c = 0;
+    unsigned long long r = 0;
+    p->clock(p->dev, 1 /* NVML_CLOCK_SM */, &mhz);
+    p->power(p->dev, &mw);
+    p->reasons(p->dev, &r);
+    p->temp(p->dev, 0 /* NVML_TEMPERATURE_GPU */, &c);
+    pthread_mutex_lock(&p->mu);
+    if (p->measure) {
+      p->mhz += mhz, p->watts += mw / 1000.0, p->celsius += c;
+      p->n++;
+      p->capped += (r & 0x4) != 0;
+      p->slowed += (r & 0xe8) != 0;
+      p->seen |= r;
+    }
+    pthread_mutex_unlock(&p->mu);
+    usleep(10000);
+  }
+  return NULL;
+}
+
+static bool probe_open(probe &p) {
+  void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  if (!lib) return false;
+  nvml_init_fn init = (nvml_init_fn)dlsym(lib, "nvmlInit_v2");
+  nvml_handle_fn handle = (nvml_handle_fn)dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
+  p.clock = (nvml_clock_fn)dlsym(lib, "nvmlDeviceGetClockInfo");
+  p.power = (nvml_power_fn)dlsym(lib, "nvmlDeviceGetPowerUsage");
+  p.reasons = (nvml_reasons_fn)dlsym(lib, "nvmlDeviceGetCurrentClocksEventReasons");
+  if (!p.reasons) p.reasons = (nvml_reasons_fn)dlsym(lib, "nvmlDeviceGetCurrentClocksThrottleReasons");
+  p.temp = (nvml_temp_fn)dlsym(lib, "nvmlDeviceGetTemperature");
+  if (!init || !handle || !p.clock || !p.power || !p.reasons || !p.temp) return false;
+  if (init() != 0 || handle(0, &p.dev) != 0) return false;
+  unsigned mw = 0;
+  nvml_power_fn limit = (nvml_power_fn)dlsym(lib, "nvmlDeviceGetEnforcedPowerLimit");
+  if (limit && limit(p.dev, &mw) == 0) printf("power limit %.0f W\n", mw / 1000.0);
+  return true;
+}
+
+/* Runs queue_once() for about `seconds` (a sync after each call when
+ * sync_each, else in batches of 16 calls queued back to back), the sampler
+ * measuring from 0.5 s in (the board's power reading lags), and prints the
+ * median call's time and rate beside the card's mean state. */
+template <typename F>
+static void phase(probe &p, const char *name, double seconds, double gflop, bool sync_each,
+                  F queue_once) {
+  static float ms[100000];
+  int n = 0;
+  cudaEvent_t ev[17];
+  for (int i = 0; i < 17; i++) CK(cudaEventCreate(&ev[i]));
+  for (int w = 0; w < 2; w++) queue_once();
+  CK(cudaDeviceSynchronize());
+  pthread_mutex_lock(&p.mu);
+  p.mhz = p.watts = p.celsius = 0;
+  p.n = p.capped = p.slowed = 0;
+  p.seen = 0;
+  pthread_mutex_unlock(&p.mu);
+  const double t0 = now_s();
+  bool on = false;
+  while (now_s() - t0 < seconds && n < 100000 - 16) {
+    if (!on && now_s() - t0 > 0.5) on = true, p.measure = 1;
+    const int batch = sync_each ? 1 : 16;
+    for (int i = 0; i < batch; i++) {
+      CK(cudaEventRecord(ev[i], 0));
+      if (gflop > 0) queue_once();
+    }
+    CK(cudaEventRecord(ev[batch], 0));
+    CK(cudaEventSynchronize(ev[batch]));
+    for (int i = 0; i < batch; i++) CK(cudaEventElapsedTime(&ms[n++], ev[i], ev[i + 1]));
+    if (gflop <= 0) usleep(10000);
+  }
+  p.measure = 0;
+  for (int i = 0; i < 17; i++) CK(cudaEventDestroy(ev[i]));
+  /* the median by counting below a pivot: n can be large */
+  float lo = 0, hi = 1e9;
+  for (int it = 0; it < 60; it++) {
+    const float mid = 0.5f * (lo + hi);
+    int below = 0;
+    for (int i = 0; i < n; i++) below += ms[i] < mid;
+    if (below < n / 2) lo = mid; else hi = mid;
+  }
+  pthread_mutex_lock(&p.mu);
+  const double k = p.n ? 1.0 / p.n : 0;
+  if (gflop > 0)
+    printf("%-34s %6d calls  median %8.4f ms  %4.0f TF/s  | SM %4.0f MHz  %3.0f W  %2.0f C  "
+           "power cap %3.0f %%  slowdown %3.0f %%  reasons 0x%llx\n",
+           name, n, lo, gflop / lo, p.mhz * k, p.watts * k, p.celsius * k, 100.0 * p.capped * k,
+           100.0 * p.slowed * k, p.seen);
+  else
+    printf("%-34s %6s                                   | SM %4.0f MHz  %3.0f W  %2.0f C  "
+           "reasons 0x%llx\n", name, "", p.mhz * k, p.watts * k, p.celsius * k, p.seen);
+  pthread_mutex_unlock(&p.mu);
+  fflush(stdout);
+}
+
+/* The card's state through the first shape's work, kind by kind: the chunk
+ * products alone (a sync after each, as lt_algos times them) and back to
+ * back (as the step runs them), the whole products, the step; then the same
+ * on constant inputs, whose bits draw less power (lt_chunk_gemms's inputs). */
+static void power(bufs &B) {
+  probe p;
+  memset(&p, 0, sizeof p);
+  pthread_mutex_init(&p.mu, NULL);
+  if (!probe_open(p)) {
+    printf("NVML not available: %s\n", dlerror());
+    return;
+  }
+  p.run = 1;
+  pthread_t th;
+  pthread_create(&th, NULL, sampler, &p);
+  const long BT = 8192, H = 4096, V = 128256, chunk = 488;
+  const long Vs = (V + 7) / 8 * 8, count = (BT + chunk - 1) / chunk;
+  alloc(B, BT, H, V, chunk);
+  lt_fill(B.Z, (size_t)chunk * Vs, 1.0f, 3u);
+  lt_fill(B.dW, (size_t)V * H, 1.0f, 4u);
+  __nv_bfloat16 *Zall;
+  CK(cudaMalloc((void **)&Zall, (size_t)BT * V * 2));
+  lt_fill(Zall, (size_t)BT * V, 1.0f, 99u);
+  CK(cudaDeviceSynchronize());
+  const ready lg = prepare({true, false, V, chunk, H, H, H, Vs, 0}, 0.0f, B.wsb);
+  const ready dx = prepare({false, false, H, chunk, V, H, Vs, H, 0}, 0.0f, B.wsb);
+  const config dwc = {CUBLASLT_MATMUL_TILE_256x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 2, 0, 0};
+  const ready dw = prepare({false, true, H, V, chunk, H, Vs, H, 0}, 1.0f, B.wsb, &dwc);
+  const ready wl = prepare({true, false, V, BT, H, H, H, V, 0}, 0.0f, B.wsb);
+  const ready wx = prepare({false, false, H, BT, V, H, V, H, 0}, 0.0f, B.wsb);
+  const ready ww = prepare({false, true, H, V, BT, H, V, H, 0}, 0.0f, B.wsb);
+  const double g1 = 2.0 * chunk * H * V / 1e9, g3 = 6.0 * BT * H * V / 1e9;
+  long c = 0; /* the chunk of X the next product takes, round robin */
+  auto logits = [&] {
+    queue(lg, B.W, B.X + (c++ % (count - 1)) * chunk * H, B.Z, B.ws0, B.wsb, 0);
+    return true;
+  };
+  auto dxp = [&] {
+    queue(dx, B.W, B.Z, B.dX + (c++ % (count - 1)) * chunk * H, B.ws0, B.wsb, 0);
+    return true;
+  };
+  auto dwp = [&] {
+    queue(dw, B.X + (c++ % (count - 1)) * chunk * H, B.Z, B.dW, B.ws0, B.wsb, 0);
+    return true;
+  };
+  auto whole = [&] {
+    queue(wl, B.W, B.X, Zall, B.ws0, B.wsb, 0);
+    queue(wx, B.W, Zall, B.dX, B.ws0, B.wsb, 0);
+    queue(ww, B.X, Zall, B.dW, B.ws0, B.wsb, 0);
+    return true;
+  };
+  auto step = [&] { /* 16 full chunks: the step's products and stand-in, in turn */
+    for (long k = 0; k < count - 1; k++) {
+      const __nv_bfloat16 *xc = B.X + k * chunk * H;
+      queue(lg, B.W, xc, B.Z, B.ws0, B.wsb, 0);
+      touch_kernel<<<132 * 8, 256, 0, 0>>>(B.Z, chunk, Vs, Vs);
+      queue(dx, B.W, B.Z, B.dX + k * chunk * H, B.ws0, B.wsb, 0);
+      queue(dw, xc, B.Z, B.dW, B.ws0, B.wsb, 0);
+    }
+    return true;
+  };
+  const double sec = 4.0;
+  printf("power BT=%ld H=%ld V=%ld bf16, chunk %ld; each line ~%.0f s, the card read every 10 "
+         "ms from 0.5 s in\n", BT, H, V, chunk, sec);
+  for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1) { /* constant bits, as lt_chunk_gemms's memset inputs */
+      CK(cudaMemset(B.X, 0x3c, (size_t)BT * H * 2));
+      CK(cudaMemset(B.W, 0x3c, (size_t)V * H * 2));
+      CK(cudaMemset(B.Z, 0x3c, (size_t)chunk * Vs * 2));
+      CK(cudaMemset(Zall, 0x3c, (size_t)BT * V * 2));
+      CK(cudaMemset(B.dW, 0, (size_t)V * H * 2));
+      CK(cudaDeviceSynchronize());
+      printf("-- constant inputs (bytes 0x3c)\n");
+    }
+    phase(p, "idle", 2.0, 0, true, [] { return true; });
+    phase(p, "logits chunk, a sync after each", sec, g1, true, logits);
+    phase(p, "logits chunk, back to back", sec, g1, false, logits);
+    phase(p, "dX chunk, a sync after each", sec, g1, true, dxp);
+    phase(p, "dX chunk, back to back", sec, g1, false, dxp);
+    phase(p, "dW chunk, a sync after each", sec, g1, true, dwp);
+    phase(p, "dW chunk, back to back", sec, g1, false, dwp);
+    phase(p, "whole products (3)", sec, g3, false, whole);
+    phase(p, "step, 16 chunks in turn (3 products)", sec, g3 * (count - 1) * chunk / BT, false,
+          step);
+    phase(p, "logits chunk, a sync after each", sec, g1, true, logits);
+  }
+  p.run = 0;
+  pthread_join(th, NULL);
+  CK(cudaFree(Zall));
+  release(B);
+}
+
 int main(int argc, char **argv) {
   const bool dx_mode = argc > 1 && strcmp(argv[1], "dxconfigs") == 0;
   const bool heur_mode = argc > 1 && strcmp(argv[1], "dxheur") == 0;
+  const bool power_mode = argc > 1 && strcmp(argv[1], "power") == 0;
   const bool cfg_mode = dx_mode || heur_mode || (argc > 1 && strcmp(argv[1], "configs") == 0);
   long BT = 8192, H = 4096, V = 128256;
-  if (!cfg_mode && argc == 4) {
+  if (!cfg_mode && !power_mode && argc == 4) {
     BT = atol(argv[1]);
     H = atol(argv[2]);
     V = atol(argv[3]);
@@ -494,6 +727,10 @@ int main(int argc, char **argv) {
   CK(cudaEventCreateWithFlags(&B.g_ready, cudaEventDisableTiming));
   CK(cudaEventCreateWithFlags(&B.x_done, cudaEventDisableTiming));
   CK(cudaEventCreateWithFlags(&B.w_done, cudaEventDisableTiming));
+  if (power_mode) {
+    power(B);
+    return 0;
+  }
   if (cfg_mode) {
     printf("lt_overlap %s: bf16, %d SMs, cuBLASLt workspace 4 MiB, steps in turn\n",
            heur_mode ? "dxheur" : dx_mode ? "dxconfigs" : "configs", sms);
