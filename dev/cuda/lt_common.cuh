@@ -77,15 +77,14 @@ static inline void lt_free(lt_operands &o) {
   CK(cudaFree(o.dW));
 }
 
+static inline int lt_cmp_float(const void *a, const void *b) {
+  const float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
 /* The median of v[0 .. n-1] (sorts v). */
 static inline float lt_median(float *v, int n) {
-  for (int a = 0; a < n; a++)
-    for (int b = a + 1; b < n; b++)
-      if (v[b] < v[a]) {
-        const float t = v[a];
-        v[a] = v[b];
-        v[b] = t;
-      }
+  qsort(v, (size_t)n, sizeof v[0], lt_cmp_float);
   return v[n / 2];
 }
 

@@ -74,6 +74,11 @@ struct config {
   uint32_t red;
 };
 
+/* dW's product as the library runs it on sm_90 since v28 (src/cuda/lt.cu):
+ * a 256 x 64 tile over clusters of 1 x 2, custom option 2. */
+static const config kLibraryDw = {CUBLASLT_MATMUL_TILE_256x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 2, 0,
+                                  0};
+
 static void config_name(const config *c, char *out, size_t n) {
   if (!c) {
     snprintf(out, n, "heuristic");
@@ -309,21 +314,36 @@ static float breakdown(const bufs &B, long BT, long H, long V, long Vs, long chu
   return total[m];
 }
 
-/* The three whole products, as the benchmark's floor runs them. */
+/* The three whole products, as the benchmark's floor runs them, over logits
+ * Z of all BT rows (random, allocated here). */
+struct whole {
+  ready lg, dx, dw;
+  __nv_bfloat16 *Z;
+};
+
+static whole whole_prepare(const bufs &B, long BT, long H, long V) {
+  whole w;
+  w.lg = prepare({true, false, V, BT, H, H, H, V, 0}, 0.0f, B.wsb);
+  w.dx = prepare({false, false, H, BT, V, H, V, H, 0}, 0.0f, B.wsb);
+  w.dw = prepare({false, true, H, V, BT, H, V, H, 0}, 0.0f, B.wsb);
+  CK(cudaMalloc((void **)&w.Z, (size_t)BT * V * 2));
+  lt_fill(w.Z, (size_t)BT * V, 1.0f, 99u);
+  return w;
+}
+
+static void whole_queue(const whole &w, const bufs &B, cudaStream_t s) {
+  queue(w.lg, B.W, B.X, w.Z, B.ws0, B.wsb, s);
+  queue(w.dx, B.W, w.Z, B.dX, B.ws0, B.wsb, s);
+  queue(w.dw, B.X, w.Z, B.dW, B.ws0, B.wsb, s);
+}
+
 static float whole_ms(const bufs &B, long BT, long H, long V) {
-  ready lg = prepare({true, false, V, BT, H, H, H, V, 0}, 0.0f, B.wsb);
-  ready dx = prepare({false, false, H, BT, V, H, V, H, 0}, 0.0f, B.wsb);
-  ready dw = prepare({false, true, H, V, BT, H, V, H, 0}, 0.0f, B.wsb);
-  __nv_bfloat16 *Zall;
-  CK(cudaMalloc((void **)&Zall, (size_t)BT * V * 2));
-  lt_fill(Zall, (size_t)BT * V, 1.0f, 99u);
+  const whole w = whole_prepare(B, BT, H, V);
   const float ms = lt_time(B.s0, 2, 9, [&] {
-    queue(lg, B.W, B.X, Zall, B.ws0, B.wsb, B.s0);
-    queue(dx, B.W, Zall, B.dX, B.ws0, B.wsb, B.s0);
-    queue(dw, B.X, Zall, B.dW, B.ws0, B.wsb, B.s0);
+    whole_queue(w, B, B.s0);
     return true;
   });
-  CK(cudaFree(Zall));
+  CK(cudaFree(w.Z));
   return ms;
 }
 
@@ -413,7 +433,7 @@ static void configs(bufs &B) {
 /* dX's product in other configurations (split-K among them), dW's in the
  * library's since v28; each with the workspace it takes. */
 static void dxconfigs(bufs &B) {
-  const config dw = {CUBLASLT_MATMUL_TILE_256x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 2, 0, 0};
+  const config &dw = kLibraryDw;
   const uint32_t kRed = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
   const config cfgs[] = {
       {0, CUBLASLT_CLUSTER_SHAPE_4x1x1, kKeep32, 0, 0},
@@ -435,7 +455,7 @@ static void dxconfigs(bufs &B) {
  * with 4 MiB for cuBLASLt (the chunk held fixed, so a larger workspace is
  * timed without the rows it would take from the chunk). */
 static void dxheur(bufs &B) {
-  const config dw = {CUBLASLT_MATMUL_TILE_256x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 2, 0, 0};
+  const config &dw = kLibraryDw;
   const uint32_t kRed = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
   const config split[] = {
       {CUBLASLT_MATMUL_TILE_256x128, CUBLASLT_CLUSTER_SHAPE_1x2x1, 6, 4, kRed},
@@ -589,20 +609,13 @@ static void phase(probe &p, const char *name, double seconds, double gflop, bool
   }
   p.measure = 0;
   for (int i = 0; i < 17; i++) CK(cudaEventDestroy(ev[i]));
-  /* the median by counting below a pivot: n can be large */
-  float lo = 0, hi = 1e9;
-  for (int it = 0; it < 60; it++) {
-    const float mid = 0.5f * (lo + hi);
-    int below = 0;
-    for (int i = 0; i < n; i++) below += ms[i] < mid;
-    if (below < n / 2) lo = mid; else hi = mid;
-  }
+  const float med = lt_median(ms, n);
   pthread_mutex_lock(&p.mu);
   const double k = p.n ? 1.0 / p.n : 0;
   if (gflop > 0)
     printf("%-34s %6d calls  median %8.4f ms  %4.0f TF/s  | SM %4.0f MHz  %3.0f W  %2.0f C  "
            "power cap %3.0f %%  slowdown %3.0f %%  reasons 0x%llx\n",
-           name, n, lo, gflop / lo, p.mhz * k, p.watts * k, p.celsius * k, 100.0 * p.capped * k,
+           name, n, med, gflop / med, p.mhz * k, p.watts * k, p.celsius * k, 100.0 * p.capped * k,
            100.0 * p.slowed * k, p.seen);
   else
     printf("%-34s %6s                                   | SM %4.0f MHz  %3.0f W  %2.0f C  "
@@ -620,7 +633,8 @@ static void power(bufs &B) {
   memset(&p, 0, sizeof p);
   pthread_mutex_init(&p.mu, NULL);
   if (!probe_open(p)) {
-    printf("NVML not available: %s\n", dlerror());
+    const char *why = dlerror();
+    printf("NVML not available%s%s\n", why ? ": " : "", why ? why : "");
     return;
   }
   p.run = 1;
@@ -631,17 +645,11 @@ static void power(bufs &B) {
   alloc(B, BT, H, V, chunk);
   lt_fill(B.Z, (size_t)chunk * Vs, 1.0f, 3u);
   lt_fill(B.dW, (size_t)V * H, 1.0f, 4u);
-  __nv_bfloat16 *Zall;
-  CK(cudaMalloc((void **)&Zall, (size_t)BT * V * 2));
-  lt_fill(Zall, (size_t)BT * V, 1.0f, 99u);
+  const whole wh = whole_prepare(B, BT, H, V);
   CK(cudaDeviceSynchronize());
   const ready lg = prepare({true, false, V, chunk, H, H, H, Vs, 0}, 0.0f, B.wsb);
   const ready dx = prepare({false, false, H, chunk, V, H, Vs, H, 0}, 0.0f, B.wsb);
-  const config dwc = {CUBLASLT_MATMUL_TILE_256x64, CUBLASLT_CLUSTER_SHAPE_1x2x1, 2, 0, 0};
-  const ready dw = prepare({false, true, H, V, chunk, H, Vs, H, 0}, 1.0f, B.wsb, &dwc);
-  const ready wl = prepare({true, false, V, BT, H, H, H, V, 0}, 0.0f, B.wsb);
-  const ready wx = prepare({false, false, H, BT, V, H, V, H, 0}, 0.0f, B.wsb);
-  const ready ww = prepare({false, true, H, V, BT, H, V, H, 0}, 0.0f, B.wsb);
+  const ready dw = prepare({false, true, H, V, chunk, H, Vs, H, 0}, 1.0f, B.wsb, &kLibraryDw);
   const double g1 = 2.0 * chunk * H * V / 1e9, g3 = 6.0 * BT * H * V / 1e9;
   long c = 0; /* the chunk of X the next product takes, round robin */
   auto logits = [&] {
@@ -656,10 +664,8 @@ static void power(bufs &B) {
     queue(dw, B.X + (c++ % (count - 1)) * chunk * H, B.Z, B.dW, B.ws0, B.wsb, 0);
     return true;
   };
-  auto whole = [&] {
-    queue(wl, B.W, B.X, Zall, B.ws0, B.wsb, 0);
-    queue(wx, B.W, Zall, B.dX, B.ws0, B.wsb, 0);
-    queue(ww, B.X, Zall, B.dW, B.ws0, B.wsb, 0);
+  auto wholes = [&] {
+    whole_queue(wh, B, 0);
     return true;
   };
   auto step = [&] { /* 16 full chunks: the step's products and stand-in, in turn */
@@ -680,7 +686,7 @@ static void power(bufs &B) {
       CK(cudaMemset(B.X, 0x3c, (size_t)BT * H * 2));
       CK(cudaMemset(B.W, 0x3c, (size_t)V * H * 2));
       CK(cudaMemset(B.Z, 0x3c, (size_t)chunk * Vs * 2));
-      CK(cudaMemset(Zall, 0x3c, (size_t)BT * V * 2));
+      CK(cudaMemset(wh.Z, 0x3c, (size_t)BT * V * 2));
       CK(cudaMemset(B.dW, 0, (size_t)V * H * 2));
       CK(cudaDeviceSynchronize());
       printf("-- constant inputs (bytes 0x3c)\n");
@@ -692,14 +698,14 @@ static void power(bufs &B) {
     phase(p, "dX chunk, back to back", sec, g1, false, dxp);
     phase(p, "dW chunk, a sync after each", sec, g1, true, dwp);
     phase(p, "dW chunk, back to back", sec, g1, false, dwp);
-    phase(p, "whole products (3)", sec, g3, false, whole);
+    phase(p, "whole products (3)", sec, g3, false, wholes);
     phase(p, "step, 16 chunks in turn (3 products)", sec, g3 * (count - 1) * chunk / BT, false,
           step);
     phase(p, "logits chunk, a sync after each", sec, g1, true, logits);
   }
   p.run = 0;
   pthread_join(th, NULL);
-  CK(cudaFree(Zall));
+  CK(cudaFree(wh.Z));
   release(B);
 }
 
