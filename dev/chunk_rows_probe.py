@@ -60,8 +60,7 @@ print(f"\n{bt} x {h} x {v} bf16, forward + backward; the three products alone {f
 print(f"{'chunk_rows':>10} {'chunks':>6} {'ms':>8} {'p20':>8} {'p80':>8} {'x GEMMs':>8} "
       f"{'extra MiB':>9}")
 for r in settings:
-    s = sorted(times[r])
-    m = statistics.median(s)
+    m, p20, p80 = bench_linear.quantiles(times[r])
     chunks = "auto" if r == 0 else str(-(-bt // r))
-    print(f"{r if r else 'default':>10} {chunks:>6} {m:8.2f} {s[len(s) // 5]:8.2f} "
-          f"{s[(4 * len(s)) // 5]:8.2f} {m / f:8.3f} {extra[r]:9.0f}")
+    print(f"{r if r else 'default':>10} {chunks:>6} {m:8.2f} {p20:8.2f} {p80:8.2f} "
+          f"{m / f:8.3f} {extra[r]:9.0f}")
