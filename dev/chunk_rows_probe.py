@@ -11,7 +11,6 @@ of whole 128-row tiles (512) or a chunk more or less buy?
 
 import argparse
 import os
-import statistics
 import sys
 
 import torch
@@ -52,9 +51,10 @@ for k in range(args.rounds):
     order = settings if k % 2 == 0 else settings[::-1]
     for r in order:
         times[r] += b.time_step(step(r), x, w, y)
-    print(f"round {k + 1}/{args.rounds}: floor {statistics.median(floor):.2f} ms", flush=True)
+    print(f"round {k + 1}/{args.rounds}: floor {bench_linear.quantiles(floor)[0]:.2f} ms",
+          flush=True)
 
-f = statistics.median(floor)
+f = bench_linear.quantiles(floor)[0]
 print(f"\n{bt} x {h} x {v} bf16, forward + backward; the three products alone {f:.2f} ms "
       f"(median of {len(floor)})")
 print(f"{'chunk_rows':>10} {'chunks':>6} {'ms':>8} {'p20':>8} {'p80':>8} {'x GEMMs':>8} "
