@@ -45,9 +45,16 @@
  *
  *   Non-finite logits: a row holding a NaN or +inf has a NaN loss, lse and
  *   gradient row; a row of nothing but -inf has lse -inf and a NaN loss and
- *   gradient row. Every finite row gives finite results accurate to fp32,
- *   however large its values (the loss is taken as m - x'_y + log s with m
- *   the row's maximum, never as the difference of two large numbers).
+ *   gradient row. A -inf logit in a row that also holds finite ones is a
+ *   class of probability 0: the row's lse and gradient stay finite, and so
+ *   does its loss unless that class is the target (+inf) or label smoothing
+ *   is on, whose term takes every logit: eps w_j (lse - x'_j) is +inf for a
+ *   positive weight (or none), -inf for a negative one and NaN for a zero
+ *   weight, and the row's loss their sum (NaN where +inf meets -inf). Both
+ *   backends give these values, the vocabulary-parallel calls too. Every
+ *   finite row gives finite results accurate to fp32, however large its
+ *   values (the loss is taken as m - x'_y + log s with m the row's maximum,
+ *   never as the difference of two large numbers).
  *
  *   The gradient written over the logits is d(reduced loss)/dx, that is the
  *   gradient for an upstream gradient of 1. xent_backward() multiplies it by
@@ -72,7 +79,14 @@
  * value). Functions are thread-safe; the error message is per thread.
  *
  * Results are deterministic: the same inputs give bit-identical outputs on
- * the same device and build (no floating-point atomics).
+ * the same device and build (no floating-point atomics), whatever ran
+ * before. On the CPU the fused linear loss's products go through a BLAS
+ * library whose splitting of the work follows exec->num_threads, so there a
+ * different thread count may change the last bits of its results; each call
+ * sets the library's count for itself (another thread's CPU fused linear
+ * call waits meanwhile), so one call's count never carries over to the next.
+ * The loss over logits and the vocabulary-parallel calls give the same bits
+ * for every thread count.
  */
 #ifndef XENT_H
 #define XENT_H
@@ -196,10 +210,16 @@ typedef enum xent_target_check {
    * target or weight makes the reduced outputs NaN and, since the caller
    * may hand the gradient on before it reads the verdict, xent_forward_grad
    * leaves a zero gradient over every row (xent_forward leaves the logits as
-   * they were). A call given a verdict that is still pending checks it
-   * first and returns its error, naming it. Reductions mean and sum only;
-   * not capturable in CUDA graphs. The CPU backend checks on the host and
-   * returns at once. */
+   * they were). A verdict is pending from the deferred call that fills it
+   * until its result is read, whether or not the device has reached the
+   * check yet: read by xent_verdict_wait(), or by the next call given the
+   * same verdict, which waits for the earlier check first and returns its
+   * error, naming it. Reductions mean and sum only; not capturable in CUDA
+   * graphs.
+   *
+   * On the CPU backend a deferred call checks the targets on the host and
+   * returns the error itself, with nothing written, as the checked mode
+   * does; it neither needs nor touches exec->verdict. */
   XENT_TARGETS_DEFERRED = 2
 } xent_target_check;
 
@@ -240,8 +260,10 @@ typedef struct xent_output {
                                 May be NULL only for reduction none with rows == 0.            */
   float *z_loss;             /* optional: the z-loss part, same count as loss                  */
   float *token_accuracy;     /* optional: mean/sum: fraction of non-ignored rows whose first
-                                arg-max equals the target (NaN when there are none);
-                                none: rows values of 1 or 0                                   */
+                                arg-max equals the target; none: rows values of 1 or 0. With
+                                no rows counted: NaN, or 0 under reduction mean with
+                                XENT_EMPTY_MEAN_ZERO (the rule is the mean's: under sum the
+                                loss is 0 and the accuracy, a fraction of no rows, NaN)     */
   int64_t *predicted;        /* optional: rows values, the first arg-max of x' (-1 if ignored) */
   float *lse;                /* optional: rows values of log-sum-exp of x' (0 if ignored; see
                                 "Non-finite logits" above)                                   */
@@ -282,7 +304,9 @@ typedef struct xent_exec {
   void *stream;              /* cudaStream_t to run on; NULL is the legacy default stream    */
   void *workspace;           /* optional CUDA scratch, device memory, 256-byte aligned        */
   size_t workspace_bytes;    /* its size, at least xent_workspace_size(rows)                 */
-  int num_threads;           /* CPU threads, >= 0 whatever the backend; 0 uses every core    */
+  int num_threads;           /* CPU threads, >= 0 whatever the backend; 0 uses every core
+                                (OpenMP's count). May change the last bits of the CPU fused
+                                linear loss's results (see "Results are deterministic")   */
   xent_verdict *verdict;     /* XENT_TARGETS_DEFERRED: where the verdict goes; else unused   */
 } xent_exec;
 
@@ -432,15 +456,41 @@ typedef struct xent_linear_options {
   int64_t chunk_rows;        /* rows per chunk (rows schedule); 0 (default): from
                                 memory_budget                                            */
   size_t memory_budget;      /* bytes of scratch when chunk_rows is 0; 0 (default): 1/16
-                                of the logits' bytes                                     */
+                                of the logits' bytes; the least accepted is below        */
   xent_linear_schedule schedule; /* XENT_SCHEDULE_AUTO                                   */
 } xent_linear_options;
 
 #define XENT_LINEAR_OPTIONS_INIT {0, 0, 0, XENT_SCHEDULE_AUTO}
 
+/* The least memory_budget: after cuBLASLt's workspace (a quarter of the
+ * budget rounded up to 256 bytes, at most 4 MiB), what is left must hold
+ * the fixed scratch (xent_workspace_size(rows), and 4 V bytes with a bias
+ * gradient, each rounded up to 256 bytes) and one piece. For the rows
+ * schedule the piece is a row of logits: V elements, rounded up to 16
+ * bytes. For the vocab schedule it is the least, over slab counts n, of
+ * w x rows x e + n x rows x 32 + 256 (n + 2) bytes, with e the element's
+ * bytes and w = V / n rounded up to 8, at least min(V, 256) rounded up to
+ * 8: about 2 rows sqrt(32 V e) (with the rest, 27.8 MB at BT 4096, V
+ * 128256, bf16, where the rows schedule's least is 0.46 MB). A
+ * smaller budget is refused with XENT_ERROR_BAD_ARGUMENT, and
+ * xent_linear_workspace_size() returns 0 for it. */
+
 /* How the gradient that is summed over the pieces is added up: the weight's
  * over the rows schedule's chunks, the hidden states' over the vocab
- * schedule's slabs (the other one is written once, whole). */
+ * schedule's slabs (the other one is written once, whole). The bias
+ * gradient is not covered: it is always summed in fp32 and rounded once.
+ *
+ * How many roundings each gradient takes (to its own dtype; an fp32
+ * gradient's sums are fp32 throughout). Each product adds up in fp32, and
+ * with accumulate = 1 it adds what the gradient held before it rounds, so
+ * "once" means one rounding of (what it held + the call's sum).
+ *   GPU, rows:  dX once; db once; dW once per chunk (XENT_ACCUM_GRAD) or
+ *               once (XENT_ACCUM_FP32).
+ *   GPU, vocab: dW once; db once; dX once per slab (XENT_ACCUM_GRAD) or
+ *               once (XENT_ACCUM_FP32).
+ *   CPU:        every gradient once, in either mode (its sums are fp32).
+ * On the GPU the products read the logits' gradient G in the input's dtype,
+ * one more rounding before any of these (the CPU keeps G in fp32). */
 typedef enum xent_accum {
   /* Default: in the gradient itself, in its dtype (a bf16 gradient takes one
    * rounding per piece; an fp32 one is exact in fp32). */
@@ -537,9 +587,12 @@ XENT_API int xent_vp_record_floats(const xent_options *opt, const float *weights
  * shard's width), in->targets every row's global target, in->weights NULL or
  * all V weights. vocab: the global V; offset: the shard's first column.
  * records: rows x R floats on the shard's side. Targets are checked as by
- * xent_forward, except in XENT_TARGETS_DEFERRED mode, where step 3 checks
- * them and this step does not (a bad row's record is zeros): every rank
- * then reaches the collective, whatever its targets. */
+ * xent_forward. On the CUDA backend in XENT_TARGETS_DEFERRED mode step 3
+ * checks them and this step does not (a bad row's record is zeros), so that
+ * no rank waits for its device before the collective. The CPU backend
+ * checks them here in every mode and returns the error with no record
+ * written: every rank holds the same targets, so every rank stops at the
+ * same step. */
 XENT_API xent_status xent_vp_stats(const xent_input *in, int64_t vocab, int64_t offset,
                                    const xent_options *opt, const xent_output *out,
                                    float *records, const xent_exec *exec);

@@ -72,8 +72,23 @@ static xent_status check_schedule(const xent_linear_options *lo) {
   return XENT_OK;
 }
 
-static xent_status shape_checks(const xent_linear_input *in) {
-  if (xent_dtype_size(in->dtype) == 0)
+/* Everything of in, lopt and grads that the plan depends on or that a call
+ * would refuse: shapes, strides and extents, dtypes, enums and flags, the
+ * alignment of each pointer given. The size query and the calls share it;
+ * `call` also asks for the pointers a call reads (a size may be asked for
+ * before the buffers exist). On success c->in, c->lo and c->g hold the
+ * arguments with their strides normalised, c->backward whether a gradient
+ * is asked for. */
+static xent_status check_linear_args(const xent_linear_input *in,
+                                     const xent_linear_options *lopt,
+                                     const xent_linear_grads *grads, int call,
+                                     xent_linear_call *c) {
+  c->in = *in;
+  xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
+  if (lopt) lo = *lopt;
+  c->lo = lo;
+  const size_t es = xent_dtype_size(in->dtype);
+  if (es == 0)
     return xent_fail(XENT_ERROR_BAD_ENUM, "dtype %d is not a xent_dtype", (int)in->dtype);
   if (in->rows < 0)
     return xent_fail(XENT_ERROR_BAD_SHAPE, "rows is %lld; it must be >= 0", (long long)in->rows);
@@ -83,7 +98,83 @@ static xent_status shape_checks(const xent_linear_input *in) {
   if (in->vocab < 1 || in->vocab > INT32_MAX)
     return xent_fail(XENT_ERROR_BAD_SHAPE, "vocab is %lld; it must be in [1, %d]",
                      (long long)in->vocab, INT32_MAX);
+  const int64_t rows = in->rows, H = in->hidden_size, V = in->vocab;
+  /* the logits are never held whole, but the plan sizes its pieces from them */
+  if ((double)rows * (double)V * (double)es >= 0x1p62)
+    return xent_fail(XENT_ERROR_BAD_SHAPE,
+                     "rows %lld x vocab %lld: the logits' extent overflows what the plan can "
+                     "count", (long long)rows, (long long)V);
+  xent_status st;
+  if ((st = xent_check_layout("hidden", "hidden_stride", "hidden_size", in->hidden, in->dtype,
+                              rows, H, &c->in.hidden_stride, call && rows > 0)))
+    return st;
+  if ((st = xent_check_layout("weight", "weight_stride", "hidden_size", in->weight, in->dtype,
+                              V, H, &c->in.weight_stride, call)))
+    return st;
+  if (in->bias && !xent_aligned(in->bias, es))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "bias is not aligned to its element");
+  if (lo.use_token_scaling != 0 && lo.use_token_scaling != 1)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "use_token_scaling is %d; it must be 0 or 1",
+                     lo.use_token_scaling);
+  if (lo.chunk_rows < 0)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "chunk_rows is %lld; it must be >= 0",
+                     (long long)lo.chunk_rows);
+  if ((st = check_schedule(&lo))) return st;
+  if (!grads) return XENT_OK;
+
+  xent_linear_grads g = *grads;
+  /* the accumulation mode decides the plan whichever gradient it applies to */
+  if (g.weight_accum != XENT_ACCUM_GRAD && g.weight_accum != XENT_ACCUM_FP32)
+    return xent_fail(XENT_ERROR_BAD_ENUM, "grads->weight_accum %d is not a xent_accum",
+                     (int)g.weight_accum);
+  if (g.hidden) {
+    if ((st = check_grad_dtype("grads->hidden_dtype", g.hidden_dtype, in->dtype))) return st;
+    if ((st = xent_check_layout("grads->hidden", "grads->hidden_stride", "hidden_size",
+                                g.hidden, g.hidden_dtype, rows, H, &g.hidden_stride, 0)))
+      return st;
+  }
+  if (g.weight) {
+    if ((st = check_grad_dtype("grads->weight_dtype", g.weight_dtype, in->dtype))) return st;
+    if ((st = xent_check_layout("grads->weight", "grads->weight_stride", "hidden_size",
+                                g.weight, g.weight_dtype, V, H, &g.weight_stride, 0)))
+      return st;
+  }
+  if (g.bias) {
+    if (!in->bias)
+      return xent_fail(XENT_ERROR_BAD_ARGUMENT, "grads->bias is set but the input has no bias");
+    if ((st = check_grad_dtype("grads->bias_dtype", g.bias_dtype, in->dtype))) return st;
+    if (!xent_aligned(g.bias, xent_dtype_size(g.bias_dtype)))
+      return xent_fail(XENT_ERROR_BAD_ARGUMENT, "grads->bias is not aligned to its element");
+  }
+  if (g.accumulate != 0 && g.accumulate != 1)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "grads->accumulate is %d; it must be 0 or 1",
+                     g.accumulate);
+  if (g.grad_output) {
+    if (g.grad_output_count != 1 && g.grad_output_count != rows)
+      return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                       "grads->grad_output_count is %lld; it must be 1 (reduction mean or sum) "
+                       "or rows = %lld (reduction none)",
+                       (long long)g.grad_output_count, (long long)rows);
+    if (!xent_aligned(g.grad_output, 4))
+      return xent_fail(XENT_ERROR_BAD_ARGUMENT, "grads->grad_output is not 4-byte aligned");
+  }
+  c->g = g;
+  c->backward = g.hidden || g.weight || g.bias;
   return XENT_OK;
+}
+
+/* The message of a plan that does not fit an explicit budget. */
+static xent_status budget_fail(const xent_linear_call *c) {
+  const int64_t rows = c->in.rows, V = c->in.vocab;
+  const size_t es = xent_dtype_size(c->in.dtype);
+  if (c->lo.schedule == XENT_SCHEDULE_VOCAB && c->backward)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "memory_budget %zu bytes cannot hold a slab of %d columns of every row "
+                     "(%lld bytes each) and the fixed scratch", c->lo.memory_budget,
+                     XENT_LINEAR_MIN_SLAB, (long long)(rows * (int64_t)es));
+  return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                   "memory_budget %zu bytes cannot hold one row of logits (%lld bytes) and "
+                   "the fixed scratch", c->lo.memory_budget, (long long)(V * (int64_t)es));
 }
 
 size_t xent_linear_workspace_size(const xent_linear_input *in, const xent_linear_options *lopt,
@@ -93,18 +184,14 @@ size_t xent_linear_workspace_size(const xent_linear_input *in, const xent_linear
     xent_fail(XENT_ERROR_NULL_POINTER, "in (xent_linear_input) is NULL");
     return 0;
   }
-  if (shape_checks(in)) return 0;
-  xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
-  if (lopt) lo = *lopt;
-  if (check_schedule(&lo)) return 0;
+  xent_linear_call c;
+  memset(&c, 0, sizeof c);
+  if (check_linear_args(in, lopt, grads, 0, &c)) return 0;
   /* the CUDA backend's scratch, so its plan */
-  const xent_linear_facts f = plan_facts(in, grads, 1);
+  const xent_linear_facts f = plan_facts(&c.in, grads ? &c.g : NULL, 1);
   xent_linear_plan plan;
-  if (xent_linear_make_plan(&f, &lo, &plan)) {
-    const int by_vocab = lo.schedule == XENT_SCHEDULE_VOCAB &&
-                         (f.weight_grad || f.hidden_grad || f.bias_grad);
-    xent_fail(XENT_ERROR_BAD_ARGUMENT, "memory_budget %zu bytes cannot hold one %s of logits",
-              lo.memory_budget, by_vocab ? "slab" : "row");
+  if (xent_linear_make_plan(&f, &c.lo, &plan)) {
+    budget_fail(&c);
     return 0;
   }
   return plan.total;
@@ -121,25 +208,12 @@ static xent_status linear_common(const xent_linear_input *in, const xent_options
 
   xent_linear_call c;
   memset(&c, 0, sizeof c);
-  c.in = *in;
   c.opt = *opt;
   c.out = *out;
   c.ex = *exec;
-  xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
-  if (lopt) lo = *lopt;
-  c.lo = lo;
-
-  xent_status st = shape_checks(in);
+  xent_status st = check_linear_args(in, lopt, grads, 1, &c);
   if (st) return st;
-  const int64_t rows = in->rows, H = in->hidden_size, V = in->vocab;
-  if ((st = xent_check_layout("hidden", "hidden_stride", "hidden_size", in->hidden, in->dtype,
-                              rows, H, &c.in.hidden_stride, rows > 0)))
-    return st;
-  if ((st = xent_check_layout("weight", "weight_stride", "hidden_size", in->weight, in->dtype,
-                              V, H, &c.in.weight_stride, 1)))
-    return st;
-  if (in->bias && !xent_aligned(in->bias, xent_dtype_size(in->dtype)))
-    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "bias is not aligned to its element");
+  const int64_t rows = in->rows, V = in->vocab;
   if ((st = xent_check_targets(in->targets, in->target_type, rows))) return st;
   if (in->class_weights && !xent_aligned(in->class_weights, 4))
     return xent_fail(XENT_ERROR_BAD_ARGUMENT, "class_weights is not 4-byte aligned");
@@ -149,55 +223,10 @@ static xent_status linear_common(const xent_linear_input *in, const xent_options
                      "target_check XENT_TARGETS_DEFERRED is not available for the fused linear "
                      "loss; use XENT_TARGETS_CHECKED or XENT_TARGETS_UNCHECKED");
   if ((st = xent_check_outputs(out, opt->reduction, rows))) return st;
-  if (lo.use_token_scaling != 0 && lo.use_token_scaling != 1)
-    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "use_token_scaling is %d; it must be 0 or 1",
-                     lo.use_token_scaling);
-  if (lo.chunk_rows < 0)
-    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "chunk_rows is %lld; it must be >= 0",
-                     (long long)lo.chunk_rows);
-  if ((st = check_schedule(&lo))) return st;
-
-  if (grads) {
-    xent_linear_grads g = *grads;
-    if (g.hidden) {
-      if ((st = check_grad_dtype("grads->hidden_dtype", g.hidden_dtype, in->dtype))) return st;
-      if ((st = xent_check_layout("grads->hidden", "grads->hidden_stride", "hidden_size",
-                                  g.hidden, g.hidden_dtype, rows, H, &g.hidden_stride, 0)))
-        return st;
-    }
-    if (g.weight) {
-      if ((st = check_grad_dtype("grads->weight_dtype", g.weight_dtype, in->dtype))) return st;
-      if ((st = xent_check_layout("grads->weight", "grads->weight_stride", "hidden_size",
-                                  g.weight, g.weight_dtype, V, H, &g.weight_stride, 0)))
-        return st;
-      if (g.weight_accum != XENT_ACCUM_GRAD && g.weight_accum != XENT_ACCUM_FP32)
-        return xent_fail(XENT_ERROR_BAD_ENUM, "grads->weight_accum %d is not a xent_accum",
-                         (int)g.weight_accum);
-    }
-    if (g.bias) {
-      if (!in->bias)
-        return xent_fail(XENT_ERROR_BAD_ARGUMENT,
-                         "grads->bias is set but the input has no bias");
-      if ((st = check_grad_dtype("grads->bias_dtype", g.bias_dtype, in->dtype))) return st;
-      if (!xent_aligned(g.bias, xent_dtype_size(g.bias_dtype)))
-        return xent_fail(XENT_ERROR_BAD_ARGUMENT, "grads->bias is not aligned to its element");
-    }
-    if (g.accumulate != 0 && g.accumulate != 1)
-      return xent_fail(XENT_ERROR_BAD_ARGUMENT, "grads->accumulate is %d; it must be 0 or 1",
-                       g.accumulate);
-    if (g.grad_output) {
-      const int none = opt->reduction == XENT_REDUCTION_NONE;
-      if (g.grad_output_count != 1 && !(none && g.grad_output_count == rows))
-        return xent_fail(XENT_ERROR_BAD_ARGUMENT,
-                         "grads->grad_output_count is %lld; it must be 1%s",
-                         (long long)g.grad_output_count,
-                         none ? " or rows (reduction none)" : " (reduction mean or sum)");
-      if (!xent_aligned(g.grad_output, 4))
-        return xent_fail(XENT_ERROR_BAD_ARGUMENT, "grads->grad_output is not 4-byte aligned");
-    }
-    c.g = g;
-    c.backward = g.hidden || g.weight || g.bias;
-  }
+  if (c.g.grad_output && c.g.grad_output_count != 1 && opt->reduction != XENT_REDUCTION_NONE)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "grads->grad_output_count is %lld; it must be 1 with reduction mean or sum",
+                     (long long)c.g.grad_output_count);
 
   xent_sides sides = {0};
   xent_sides_add(&sides, "weight", in->weight);
@@ -219,19 +248,8 @@ static xent_status linear_common(const xent_linear_input *in, const xent_options
   /* auto takes rows on the CPU: its vocab schedule was slower at every shape
    * measured (bench/NOTES.md, v29) */
   const xent_linear_facts facts =
-      plan_facts(in, grads ? &c.g : NULL, c.ex.backend != XENT_BACKEND_CPU);
-  if (xent_linear_make_plan(&facts, &lo, &c.plan)) {
-    if (lo.schedule == XENT_SCHEDULE_VOCAB && c.backward)
-      return xent_fail(XENT_ERROR_BAD_ARGUMENT,
-                       "memory_budget %zu bytes cannot hold a slab of %d columns of every row "
-                       "(%lld bytes each) and the fixed scratch", lo.memory_budget,
-                       XENT_LINEAR_MIN_SLAB,
-                       (long long)(rows * (int64_t)xent_dtype_size(in->dtype)));
-    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
-                     "memory_budget %zu bytes cannot hold one row of logits (%lld bytes) and "
-                     "the fixed scratch", lo.memory_budget,
-                     (long long)(V * (int64_t)xent_dtype_size(in->dtype)));
-  }
+      plan_facts(&c.in, grads ? &c.g : NULL, c.ex.backend != XENT_BACKEND_CPU);
+  if (xent_linear_make_plan(&facts, &c.lo, &c.plan)) return budget_fail(&c);
 
   if (c.plan.by_vocab)
     snprintf(last_linear, sizeof last_linear, "vocab slab=%lld slabs=%lld",

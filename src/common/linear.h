@@ -136,8 +136,9 @@ static inline int64_t xent_linear_vocab_slab(const xent_linear_facts *f, size_t 
   const size_t avail = budget > fixed ? budget - fixed : 0;
   /* the fewest slabs whose width and records fit: the width falls as 1/n,
    * the records grow as n */
-  int64_t n = (int64_t)((double)V * (double)col / (double)(avail > 0 ? avail : 1));
-  if (n < 1) n = 1;
+  const double n0 = (double)V * (double)col / (double)(avail > 0 ? avail : 1);
+  int64_t n = n0 < 1.0 ? 1 : n0 >= (double)V ? V : (int64_t)n0; /* more slabs than columns
+                                                                    fit nothing */
   for (;; n++) {
     const int64_t w = xent_linear_round8((V + n - 1) / n);
     if (w < least) break;

@@ -96,6 +96,12 @@ XENT_HD xent_row_coef xent_row_coefficients(const xent_consts *k, const xent_row
   return g;
 }
 
+/* x' - m as the weighted smoothing sum takes it, sum_j w_j (x'_j - m), over
+ * a part whose maximum so far is m: -inf stays -inf where m is -inf too (a
+ * part of nothing but -inf so far), as the row's final, finite maximum
+ * would give, instead of the NaN of -inf - -inf. */
+XENT_HD float xent_shifted(float x, float m) { return x == -INFINITY ? x : x - m; }
+
 /* Merge two partial (max, sum of exp(x - max)) pairs. A part with max -inf
  * is empty or all -inf (sum 0) or saw only NaN (sum NaN): its sum is added
  * as it is, so a NaN anywhere in the row makes the row's sum NaN. */

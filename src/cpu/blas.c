@@ -47,7 +47,12 @@ static void load_once(void) {
   }
 }
 
-xent_status xent_blas_load(int threads) {
+/* The BLAS library's thread count is one setting for the whole process, and
+ * its products' bits depend on it: a call sets it and holds it until the
+ * call ends, so that no call sees another's (xent_blas_begin). */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+xent_status xent_blas_begin(int threads) {
   pthread_once(&g_once, load_once);
   if (!g_sgemm)
     return xent_fail(XENT_ERROR_UNSUPPORTED,
@@ -55,9 +60,12 @@ xent_status xent_blas_load(int threads) {
                      "none could be loaded (tried %s): install OpenBLAS (libopenblas0) or set "
                      "XENT_BLAS to the library's file",
                      g_tried);
-  if (threads > 0 && g_threads) g_threads(threads);
+  pthread_mutex_lock(&g_lock);
+  if (g_threads) g_threads(threads > 0 ? threads : 1);
   return XENT_OK;
 }
+
+void xent_blas_end(void) { pthread_mutex_unlock(&g_lock); }
 
 void xent_blas_sgemm(const xent_sgemm *g) {
   g_sgemm(kRowMajor, g->trans_a ? kTrans : kNoTrans, g->trans_b ? kTrans : kNoTrans, (int)g->m,

@@ -25,10 +25,14 @@ typedef struct xent_sgemm {
   float alpha, beta;
 } xent_sgemm;
 
-/* Loads the library once (thread-safe); XENT_ERROR_UNSUPPORTED naming what
- * was tried when there is none. threads > 0: the BLAS library's thread
- * count for the products that follow (where it can be set). */
-xent_status xent_blas_load(int threads);
+/* Loads the library once (thread-safe; XENT_ERROR_UNSUPPORTED naming what
+ * was tried when there is none), then takes the library for one call: its
+ * thread count set to `threads` for the products that follow (where the
+ * library lets it be set), until xent_blas_end(). Calls of other threads
+ * wait meanwhile, so that each product's bits depend on its own call's
+ * count alone. */
+xent_status xent_blas_begin(int threads);
+void xent_blas_end(void);
 void xent_blas_sgemm(const xent_sgemm *g);
 
 #endif

@@ -232,7 +232,8 @@ static xent_status linear_vocab(const xent_linear_call *lc, xent_cpu_ce *f, cons
   return XENT_OK;
 }
 
-xent_status xent_cpu_linear(const xent_linear_call *lc) {
+/* The call, with the BLAS library held (xent_cpu_linear). */
+static xent_status linear_call(const xent_linear_call *lc) {
   const xent_linear_input *in = &lc->in;
   const xent_linear_grads *g = &lc->g;
   const int64_t rows = in->rows, H = in->hidden_size, V = in->vocab;
@@ -265,8 +266,6 @@ xent_status xent_cpu_linear(const xent_linear_call *lc) {
   }
 
   if (rows > 0) {
-    xent_status st = xent_blas_load(lc->ex.num_threads);
-    if (st) return st;
     const int64_t lim = INT32_MAX;
     if (in->hidden_stride > lim || in->weight_stride > lim || g->hidden_stride > lim ||
         g->weight_stride > lim || (int64_t)chunk * lc->plan.slab > ((int64_t)1 << 40))
@@ -373,4 +372,15 @@ xent_status xent_cpu_linear(const xent_linear_call *lc) {
   if (b.db) store(g->bias, V, b.db, V, 1, V, g->accumulate, g->bias_dtype, 1);
   free_bufs(&b);
   return XENT_OK;
+}
+
+xent_status xent_cpu_linear(const xent_linear_call *lc) {
+  if (lc->in.rows == 0) return linear_call(lc);
+  /* the products' threads: the call's own count, 0 every core, as OpenMP's */
+  const int req = lc->ex.num_threads;
+  xent_status st = xent_blas_begin(req > 0 ? req : xent_cpu_default_threads());
+  if (st) return st;
+  st = linear_call(lc);
+  xent_blas_end();
+  return st;
 }

@@ -62,7 +62,7 @@ xent_status xent_cpu_vp_stats(const xent_vp_call *v) {
       s += m == -INFINITY ? 0.0 : exp(xp - m);
       if (smooth) u += xp / (double)V;
       if (smooth && w) {
-        wu += (double)w[off + j] * (xp - m) / (double)V;
+        wu += (double)w[off + j] * (xp == -INFINITY ? xp : xp - m) / (double)V; /* xent_shifted */
         sw += (double)w[off + j] / (double)V;
       }
     }

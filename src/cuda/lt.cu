@@ -213,6 +213,11 @@ xent_status make_entry(cublasLtHandle_t h, const lt_gemm &g, const lt_key &key, 
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
   for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
     s = A.pref_set(pref, which[i], &al[i], sizeof al[i]);
+  /* A 16-bit D is rounded once (xent.h): a split k adds its parts in fp32,
+   * never in D itself (the in-place scheme) or in D's type. */
+  const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  if (s == CUBLAS_STATUS_SUCCESS && g.d_type != XENT_FLOAT32)
+    s = A.pref_set(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes);
   cublasLtMatmulHeuristicResult_t r;
   int found = 0;
   if (s == CUBLAS_STATUS_SUCCESS)

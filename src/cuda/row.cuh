@@ -36,7 +36,7 @@ __device__ __forceinline__ void fold_max(const fwd_params &p, part &q, float xc,
     q.sx = fmaf(xc, p.k.inv_vocab, q.sx);
     if (GENERAL && p.weights) { /* sum w (x' - m) / V, moved along as m grows */
       const float wv = __ldg(p.weights + j) * p.k.inv_vocab;
-      q.swx = fmaf(wv, xc - mn, shift_swx(q.swx, q.sw, q.m, mn));
+      q.swx = fmaf(wv, xent_shifted(xc, mn), shift_swx(q.swx, q.sw, q.m, mn));
       q.sw += wv;
     }
   }

@@ -207,6 +207,7 @@ int xt_lin_make(xt_lin *p, const xt_lin_case *c, xt_rng *rng) {
   } else if (!none) {
     p->loss = sl + sz;
     p->z = sz;
+    p->acc = NAN; /* a fraction of no rows: the empty-mean rule is the mean's alone */
   }
   if (!none) p->acc = p->n_valid ? (double)p->hits / (double)p->n_valid : p->acc;
   p->loss_mag = p->res.loss_mag + zt;
@@ -465,6 +466,8 @@ long xt_lin_check(const xt_lin *p, const xt_lin_out *o, int64_t nchunks, int64_t
     const double tol = lrt * (fabs(p->loss) + 1.0) + 2e-6 * p->loss_mag;
     check_value(&errs, desc, "loss", o->loss[0], p->loss, isnan(p->loss) ? 0 : tol, 0);
     if (c->want_z) check_value(&errs, desc, "z_loss", o->z[0], p->z, isnan(p->z) ? 0 : tol, 0);
+    if (c->want_acc && p->n_valid == 0) /* NaN, or 0 by the empty-mean rule */
+      check_value(&errs, desc, "token_accuracy", o->acc[0], p->acc, 0.0, 0);
     if (c->want_acc && p->n_valid > 0) {
       int64_t amb = 0;
       for (int64_t r = 0; r < rows; r++) amb += near_tie(p, r) || p->res.row[r].ambiguous;

@@ -496,11 +496,13 @@ static void test_masked_logits(void **state) {
   long errors = 0;
   for (int d = 0; d < 3; d++)
     for (int r = 0; r < 3; r++)
-      for (int cap = 0; cap < 2; cap++) {
+      for (int cap = 0; cap < 3; cap++) {
         xt_case c = xt_case_default(DTYPES[d], 20, 257);
         c.reduction = REDS[r];
         c.ignore_frac = 0.1;
-        if (cap) c.use_softcap = 1, c.cap = 8.0, c.weighted = 1, c.s = 0.01;
+        if (cap == 1) c.use_softcap = 1, c.cap = 8.0, c.weighted = 1, c.s = 0.01;
+        /* weighted smoothing takes the -inf logits: +inf losses (xent.h) */
+        if (cap == 2) c.weighted = 1, c.alpha = 0.1;
         xt_problem pb;
         assert_int_equal(xt_problem_make(&pb, &c, &rng), 0);
         for (int64_t row = 0; row < c.rows; row++)
@@ -640,6 +642,39 @@ static void test_many_rows(void **state) {
       errors += run_case(&c, &rng, "many rows");
       c.rows = 1;
       errors += run_case(&c, &rng, "one row");
+    }
+  assert_int_equal(errors, 0);
+}
+
+/* The same bits for every thread count (xent.h, "Results are deterministic"):
+ * rows split over 1, 2, 3 threads or every core, every option. */
+static void test_threads_same_bits(void **state) {
+  (void)state;
+  xt_rng rng = xt_rng_for("test_threads_same_bits");
+  long errors = 0;
+  const int threads[] = {1, 2, 3, 0};
+  for (int d = 0; d < 3; d++)
+    for (int r = 0; r < 3; r++) {
+      xt_case c = xt_case_default(DTYPES[d], 203, 1031);
+      c.reduction = REDS[r];
+      xt_everything(&c);
+      xt_problem pb;
+      assert_int_equal(xt_problem_make(&pb, &c, &rng), 0);
+      xt_outbuf first;
+      void *grad0 = xt_alloc(pb.alloc_elems * pb.esize);
+      assert_int_equal(xt_outbuf_make(&first, &c), 0);
+      for (int t = 0; t < 4; t++) {
+        xt_outbuf ob;
+        assert_int_equal(xt_outbuf_make(&ob, &c), 0);
+        xt_problem_restore(&pb);
+        assert_int_equal(call_forward(&pb, t ? &ob : &first, threads[t]), XENT_OK);
+        if (t == 0) memcpy(grad0, pb.alloc, pb.alloc_elems * pb.esize);
+        else errors += xt_compare_bits(&pb, &first, grad0, &ob, pb.alloc, "threads");
+        xt_outbuf_free(&ob);
+      }
+      xt_free(grad0);
+      xt_outbuf_free(&first);
+      xt_problem_free(&pb);
     }
   assert_int_equal(errors, 0);
 }
@@ -901,6 +936,7 @@ int main(void) {
       cmocka_unit_test(test_large_offsets),
       cmocka_unit_test(test_huge_logits),
       cmocka_unit_test(test_many_rows),
+      cmocka_unit_test(test_threads_same_bits),
       cmocka_unit_test(test_first_argmax),
       cmocka_unit_test(test_backward),
       cmocka_unit_test(test_backward_rescale),

@@ -828,6 +828,14 @@ static void test_cuda_ignored_rows(void **state) {
   assert_int_equal(errors, 0);
 }
 
+/* Masks about 30 % of each row's classes (-inf), never its target. */
+static void mask_classes(xt_problem *pb, xt_rng *rng) {
+  for (int64_t row = 0; row < pb->c.rows; row++)
+    for (int64_t j = 0; j < pb->c.vocab; j++)
+      if (j != pb->t64[row] && xt_uniform(rng) < 0.3) xt_problem_set(pb, row, j, -INFINITY);
+  assert_int_equal(xt_problem_rereference(pb), 0);
+}
+
 static void test_cuda_special_values(void **state) {
   (void)state;
   require_gpu();
@@ -842,13 +850,29 @@ static void test_cuda_special_values(void **state) {
       if (r == 1) c.use_softcap = 1, c.cap = 8.0, c.weighted = 1, c.s = 0.01;
       xt_problem pb;
       assert_int_equal(xt_problem_make(&pb, &c, &rng), 0);
-      for (int64_t row = 0; row < c.rows; row++)
-        for (int64_t j = 0; j < c.vocab; j++)
-          if (j != pb.t64[row] && xt_uniform(&rng) < 0.3) xt_problem_set(&pb, row, j, -INFINITY);
-      assert_int_equal(xt_problem_rereference(&pb), 0);
+      mask_classes(&pb, &rng);
       errors += cuda_run_problem(&pb, "cuda masked -inf", RUN_COMPARE_CPU);
       errors += cuda_run_problem(&pb, "cuda masked -inf", RUN_TWO_READ);
       xt_problem_free(&pb);
+      /* Masked classes under weighted smoothing: the loss +inf, as on the CPU
+       * and in the reference (xent.h, "Non-finite logits"), on every path. */
+      if (d != 1 && r != 1)
+        for (int v = 0; v < 2; v++) {
+          if (g_quick && v) continue;
+          c = xt_case_default(DTYPES[d], 12, v ? 50257 : 4095);
+          c.reduction = REDS[r];
+          c.weighted = 1, c.alpha = 0.1;
+          assert_int_equal(xt_problem_make(&pb, &c, &rng), 0);
+          mask_classes(&pb, &rng);
+          errors += cuda_run_problem(&pb, "cuda masked -inf, weighted smoothing", 0);
+          errors += cuda_run_problem(&pb, "cuda masked -inf, weighted smoothing", RUN_TWO_READ);
+          xt_problem_free(&pb);
+          c.grad = 0; /* the forward's own kernels (rows per warp on sm_90) */
+          assert_int_equal(xt_problem_make(&pb, &c, &rng), 0);
+          mask_classes(&pb, &rng);
+          errors += cuda_run_problem(&pb, "cuda masked -inf, weighted smoothing, no grad", 0);
+          xt_problem_free(&pb);
+        }
       /* NaN / +inf rows. */
       c = xt_case_default(DTYPES[d], 8, 1000);
       c.reduction = REDS[r];

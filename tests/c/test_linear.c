@@ -49,7 +49,8 @@ static int64_t chunks_of(const xt_lin *p) {
   return (p->c.rows + chunk - 1) / chunk;
 }
 
-static xent_status run_cpu(const xt_lin *p, xt_lin_out *o) {
+/* The case on the CPU with `threads` threads (0: every core). */
+static xent_status run_cpu_threads(const xt_lin *p, xt_lin_out *o, int threads) {
   xent_linear_input in = xt_lin_input(p, p->hidden, p->weight, p->bias, p->targets, p->cw);
   xent_options opt = xt_lin_options(p);
   xent_linear_options lo = xt_lin_loptions(p);
@@ -57,9 +58,12 @@ static xent_status run_cpu(const xt_lin *p, xt_lin_out *o) {
   xent_linear_grads g = xt_lin_grads(p, o->gx, o->gw, o->gb, p->go);
   xent_exec ex = xent_exec_default();
   ex.backend = XENT_BACKEND_CPU;
+  ex.num_threads = threads;
   return p->c.backward ? xent_linear_forward_backward(&in, &opt, &lo, &out, &g, &ex)
                        : xent_linear_forward(&in, &opt, &lo, &out, &ex);
 }
+
+static xent_status run_cpu(const xt_lin *p, xt_lin_out *o) { return run_cpu_threads(p, o, 0); }
 
 static int g_gpu = -1;
 static int have_gpu(void) {
@@ -300,7 +304,7 @@ static long gradient_sweep(int backend, xt_rng *rng, xent_linear_schedule sched)
 /* A mean over no rows, rows == 0, a single row. */
 static long edge_sweep(int backend, xt_rng *rng, xent_linear_schedule sched) {
   long errs = 0;
-  for (int k = 0; k < 6; k++) {
+  for (int k = 0; k < 7; k++) {
     /* V = 300: two slabs under the vocab schedule */
     xt_lin_case c = xt_lin_default(XENT_BFLOAT16, 20, 32, sched == XENT_SCHEDULE_VOCAB ? 300 : 100);
     c.bias = 1;
@@ -312,9 +316,149 @@ static long edge_sweep(int backend, xt_rng *rng, xent_linear_schedule sched) {
       case 3: c.rows = 0, c.red = XENT_REDUCTION_SUM, c.accumulate = 1; break;
       case 4: c.rows = 1, c.ignore_frac = 0; break;
       case 5: c.rows = 1, c.red = XENT_REDUCTION_NONE, c.go = 2, c.ignore_frac = 0; break;
+      case 6: /* a sum over no rows: loss 0, accuracy NaN whatever the empty-mean rule */
+        c.ignore_frac = 1.0, c.red = XENT_REDUCTION_SUM, c.empty_zero = 1;
+        break;
     }
     errs += run_case(c, backend, rng, "edges");
   }
+  return errs;
+}
+
+/* One rounding with accumulate (xent.h, "How many roundings"): where a 16-bit
+ * gradient is written once by the call, it holds what it held plus the
+ * call's sum, rounded once. The same problem is run twice from the same
+ * draws: A adds into 16-bit gradients holding values, B writes fp32 ones
+ * fresh; each element of A must be B's plus A's old value rounded once, up
+ * to the two runs' fp32 summation orders (the same G, other products). A
+ * second rounding (a split k added up in the gradient itself) is off by up
+ * to one unit in the last place. Returns the problems found. */
+static long one_rounding_check(const char *what, const void *got, const void *before,
+                               xent_dtype dt, const float *fresh, int64_t rows, int64_t cols,
+                               int64_t ld, const double *mag, const char *desc) {
+  long errs = 0;
+  const int mant = dt == XENT_FLOAT16 ? 10 : 7;       /* stored fraction bits */
+  const int emin = dt == XENT_FLOAT16 ? -14 : -126;   /* the least normal exponent */
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t k = 0; k < cols; k++) {
+      const double e = xt_load(before, dt, r * ld + k), n = fresh[r * cols + k];
+      const double want = e + n, g = xt_load(got, dt, r * ld + k);
+      int ex = want != 0.0 ? (int)floor(log2(fabs(want))) : emin;
+      if (ex < emin) ex = emin;
+      const double half_ulp = ldexp(0.5, ex - mant);
+      const double tol = half_ulp * (1.0 + 1e-9) + 4e-6 * mag[r * cols + k];
+      if (!(fabs(g - want) <= tol)) {
+        if (errs < 6)
+          fprintf(stderr, "  [%s] %s[%lld, %lld]: %.9g, want %.9g + %.9g = %.9g rounded once "
+                  "(tol %.3g)\n", desc, what, (long long)r, (long long)k, g, e, n, want, tol);
+        errs++;
+      }
+    }
+  if (errs) fprintf(stderr, "  [%s] %s: %ld elements rounded more than once\n", desc, what, errs);
+  return errs;
+}
+
+/* The cases: 16-bit gradients written once a call (dW over the vocab
+ * schedule's slabs, dX over one chunk of rows, dW through XENT_ACCUM_FP32
+ * over several chunks, db always), at the issue's shape (BT 296, H 64, V
+ * 141, weights of both signs, smoothing 0.5, upstream gradient -2) and a
+ * larger one, with budgets from the least to one slab, the least leaving
+ * cuBLASLt almost no workspace (where it would add a split k up in D). */
+static long accumulate_rounding(int backend) {
+  long errs = 0;
+  struct {
+    int64_t rows, H, V;
+    xent_linear_schedule sched;
+    int64_t chunk;
+    size_t budget;
+    xent_accum accum;
+  } cases[] = {
+      {296, 64, 141, XENT_SCHEDULE_VOCAB, 0, 1, XENT_ACCUM_GRAD},
+      {296, 64, 141, XENT_SCHEDULE_VOCAB, 0, 0, XENT_ACCUM_GRAD},
+      {296, 64, 141, XENT_SCHEDULE_ROWS, 296, 0, XENT_ACCUM_GRAD},
+      {296, 64, 141, XENT_SCHEDULE_ROWS, 37, 0, XENT_ACCUM_FP32},
+      {1000, 96, 3001, XENT_SCHEDULE_VOCAB, 0, 1, XENT_ACCUM_GRAD},
+      {1000, 96, 3001, XENT_SCHEDULE_VOCAB, 0, (size_t)4 << 20, XENT_ACCUM_GRAD},
+      {1000, 96, 3001, XENT_SCHEDULE_ROWS, 1000, 0, XENT_ACCUM_GRAD},
+  };
+  for (int d = 0; d < 2; d++)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      const xent_dtype dt = d == 0 ? XENT_FLOAT16 : XENT_BFLOAT16;
+      xt_lin_case c = xt_lin_default(dt, cases[i].rows, cases[i].H, cases[i].V);
+      c.gpu = backend > 0;
+      c.bias = c.weighted = 1;
+      c.alpha = 0.5;
+      c.ignore_frac = 0.0;
+      c.schedule = cases[i].sched;
+      c.chunk_rows = cases[i].chunk;
+      c.accum = cases[i].accum;
+      c.accumulate = 1;
+      if (cases[i].budget == 1) { /* the least budget this schedule accepts */
+        xt_rng r0 = xt_rng_for("accumulate_rounding");
+        xt_lin p0;
+        assert_int_equal(xt_lin_make(&p0, &c, &r0), 0);
+        xent_linear_input in = xt_lin_input(&p0, p0.hidden, p0.weight, p0.bias, p0.targets, p0.cw);
+        xent_linear_grads g = xt_lin_grads(&p0, p0.gx0, p0.gw0, p0.gb0, p0.go);
+        xent_linear_options lo = xt_lin_loptions(&p0);
+        for (lo.memory_budget = 4096; xent_linear_workspace_size(&in, &lo, &g) == 0;)
+          lo.memory_budget += 256;
+        c.budget = lo.memory_budget;
+        xt_lin_free(&p0);
+      } else {
+        c.budget = cases[i].budget;
+      }
+      /* A: into 16-bit gradients holding values; B: the same draws, fp32, fresh */
+      xt_lin_case cb = c;
+      cb.accumulate = 0;
+      cb.gx_dt = cb.gw_dt = cb.gb_dt = XENT_FLOAT32;
+      cb.accum = XENT_ACCUM_GRAD;
+      xt_rng ra = xt_rng_for("accumulate_rounding"), rb = ra;
+      xt_lin pa, pb;
+      xt_lin_out oa, ob;
+      assert_int_equal(xt_lin_make(&pa, &c, &ra), 0);
+      assert_int_equal(xt_lin_make(&pb, &cb, &rb), 0);
+      assert_int_equal(xt_lin_out_make(&pa, &oa), 0);
+      assert_int_equal(xt_lin_out_make(&pb, &ob), 0);
+      /* the weights of both signs */
+      for (int64_t j = 0; j < c.V; j += 3) pa.cw[j] = pb.cw[j] = -pa.cw[j];
+      for (int64_t r = 0; r < 1; r++) pa.go[r] = pb.go[r] = -2.0f;
+      xent_status sa, sb;
+      if (backend == 0) {
+        sa = run_cpu(&pa, &oa);
+        sb = run_cpu(&pb, &ob);
+      } else {
+#ifdef XENT_TEST_HAVE_CUDA
+        sa = run_cuda(&pa, &oa, 1);
+        sb = run_cuda(&pb, &ob, 1);
+#else
+        sa = sb = XENT_ERROR_UNSUPPORTED;
+#endif
+      }
+      char desc[700], cd[600];
+      xt_lin_desc(&c, cd, sizeof cd);
+      snprintf(desc, sizeof desc, "one rounding %s: %s [%s]", backend ? "cuda" : "cpu", cd,
+               xent_experimental_last_linear());
+      if (sa != XENT_OK || sb != XENT_OK) {
+        fprintf(stderr, "  [%s] status %d / %d: %s\n", desc, (int)sa, (int)sb, xent_last_error());
+        errs++;
+      } else {
+        const int vocab = c.schedule == XENT_SCHEDULE_VOCAB;
+        const int64_t chunks = vocab ? 1 : (c.rows + c.chunk_rows - 1) / c.chunk_rows;
+        if (vocab || c.accum == XENT_ACCUM_FP32 || chunks == 1)
+          errs += one_rounding_check("grad weight", oa.gw, pa.gw0, dt, (const float *)ob.gw, c.V,
+                                     c.H, pa.gws, pa.dwa, desc);
+        if (!vocab && chunks == 1)
+          errs += one_rounding_check("grad hidden", oa.gx, pa.gx0, dt, (const float *)ob.gx,
+                                     c.rows, c.H, pa.gxs, pa.dxa, desc);
+        errs += one_rounding_check("grad bias", oa.gb, pa.gb0, dt, (const float *)ob.gb, 1, c.V,
+                                   c.V, pa.dba, desc);
+      }
+      g_cases += 2;
+      xt_lin_out_free(&oa);
+      xt_lin_out_free(&ob);
+      xt_lin_free(&pa);
+      xt_lin_free(&pb);
+    }
   return errs;
 }
 
@@ -355,6 +499,46 @@ static void test_cpu_linear_vocab(void **state) {
                    0);
   print_message("%ld calls ran more than one slab\n", g_slabs - before);
   assert_true(g_slabs - before > 50);
+}
+
+static void test_cpu_linear_one_rounding(void **state) {
+  (void)state;
+  if (!have_blas()) skip();
+  assert_int_equal(accumulate_rounding(0), 0);
+}
+
+/* A call's bits depend on its own arguments alone (xent.h, "Results are
+ * deterministic"): the BLAS library's thread count is process-wide, and a
+ * call with 1 thread must not leave it for the next call with 0 (every
+ * core). The issue's shape: fp32, BT 300, H 96, V 700, sum, rows, dX only. */
+static void test_cpu_linear_threads(void **state) {
+  (void)state;
+  if (!have_blas()) skip();
+  xt_rng rng = xt_rng_for("test_cpu_linear_threads");
+  for (int k = 0; k < 2; k++) {
+    xt_lin_case c = xt_lin_default(XENT_FLOAT32, 300, 96, 700);
+    c.red = XENT_REDUCTION_SUM;
+    c.schedule = XENT_SCHEDULE_ROWS;
+    c.dw = c.db = 0;
+    if (k == 1) c.dt = c.gx_dt = c.gw_dt = c.gb_dt = XENT_BFLOAT16, c.dw = 1; /* and dW */
+    xt_lin p;
+    xt_lin_out o[3];
+    assert_int_equal(xt_lin_make(&p, &c, &rng), 0);
+    const int threads[3] = {0, 1, 0};
+    for (int i = 0; i < 3; i++) {
+      assert_int_equal(xt_lin_out_make(&p, &o[i]), 0);
+      assert_int_equal(run_cpu_threads(&p, &o[i], threads[i]), XENT_OK);
+      assert_int_equal(xt_lin_check(&p, &o[i], 1, 1, "threads"), 0);
+    }
+    long diff = 0;
+    for (size_t b = 0; b < p.gx_bytes; b++) diff += ((char *)o[0].gx)[b] != ((char *)o[2].gx)[b];
+    for (size_t b = 0; b < p.gw_bytes; b++) diff += ((char *)o[0].gw)[b] != ((char *)o[2].gw)[b];
+    diff += memcmp(o[0].loss, o[2].loss, 4) != 0;
+    if (diff) fail_msg("%ld bytes differ between two calls with num_threads 0 (one with 1 between)",
+                       diff);
+    for (int i = 0; i < 3; i++) xt_lin_out_free(&o[i]);
+    xt_lin_free(&p);
+  }
 }
 
 /* Moves one element by more than any tolerance the checker allows it. */
@@ -462,6 +646,135 @@ static void test_linear_errors(void **state) {
   }
   xt_lin_out_free(&o);
   xt_lin_free(&p);
+}
+
+/* xent_linear_workspace_size checks what the calls check of the input, the
+ * options and the gradients (one check serves both): each bad argument gets
+ * 0 and a message naming it, and no overflow reaches the plan's arithmetic
+ * (clang's UBSan run of this test sees its conversions). */
+static void test_linear_workspace_size_errors(void **state) {
+  (void)state;
+  xt_rng rng = xt_rng_for("test_linear_workspace_size_errors");
+  xt_lin_case c = xt_lin_default(XENT_BFLOAT16, 16, 24, 64);
+  c.bias = 1;
+  xt_lin p;
+  xt_lin_out o;
+  assert_int_equal(xt_lin_make(&p, &c, &rng), 0);
+  assert_int_equal(xt_lin_out_make(&p, &o), 0);
+  for (int k = 0; k < 18; k++) {
+    xent_linear_input in = xt_lin_input(&p, p.hidden, p.weight, p.bias, p.targets, p.cw);
+    xent_linear_options lo = xt_lin_loptions(&p);
+    xent_linear_grads g = xt_lin_grads(&p, o.gx, o.gw, o.gb, p.go);
+    const char *names = NULL; /* words the message must hold */
+    switch (k) {
+      case 0: break; /* valid: a size */
+      case 1: in.hidden_stride = 10, names = "hidden_stride"; break;
+      case 2: in.weight_stride = 23, names = "weight_stride"; break;
+      case 3: g.hidden_stride = 5, names = "hidden_stride"; break;
+      case 4: g.weight_stride = 7, names = "weight_stride"; break;
+      case 5: lo.chunk_rows = -1, names = "chunk_rows"; break;
+      case 6: g.hidden_dtype = XENT_FLOAT16, names = "hidden_dtype"; break;
+      case 7: g.weight_dtype = (xent_dtype)3, names = "weight_dtype"; break;
+      case 8: g.weight_accum = (xent_accum)5, names = "weight_accum"; break;
+      case 9: in.bias = NULL, names = "bias"; break; /* grads->bias without a bias */
+      case 10: lo.use_token_scaling = 2, names = "use_token_scaling"; break;
+      case 11: g.accumulate = 3, names = "accumulate"; break;
+      case 12: g.grad_output_count = 5, names = "grad_output_count"; break;
+      case 13: /* the hidden states' extent overflows */
+        in.rows = (int64_t)1 << 40, in.hidden_stride = (int64_t)1 << 30, names = "hidden_stride";
+        break;
+      case 14: /* the weight's extent overflows */
+        in.vocab = INT32_MAX, in.weight_stride = (int64_t)1 << 40, names = "weight_stride";
+        break;
+      case 15: /* rows x vocab past what the plan counts, the slab count with it */
+        in.rows = (int64_t)1 << 40, in.vocab = (int64_t)1 << 30, in.hidden_size = 1;
+        in.hidden_stride = in.weight_stride = 0, g.hidden_stride = g.weight_stride = 0;
+        lo.schedule = XENT_SCHEDULE_VOCAB, lo.memory_budget = 4096, names = "vocab";
+        break;
+      case 16: lo.schedule = (xent_linear_schedule)9, names = "schedule"; break;
+      case 17: in.dtype = (xent_dtype)4, names = "dtype"; break;
+    }
+    const size_t n = xent_linear_workspace_size(&in, &lo, &g);
+    if (!names) {
+      assert_true(n > 0);
+      continue;
+    }
+    if (n != 0) fail_msg("case %d: a size of %zu for invalid arguments", k, n);
+    if (!xt_mentions(xent_last_error(), names))
+      fail_msg("case %d: \"%s\" does not name %s", k, xent_last_error(), names);
+  }
+  xt_lin_out_free(&o);
+  xt_lin_free(&p);
+}
+
+/* The least explicit memory_budget of each schedule, as xent.h states it:
+ * with a quarter of the budget (at most 4 MiB, rounded up to 256 bytes)
+ * left to cuBLASLt, the rest holds the fixed scratch F and one piece P. The
+ * formula is written again here from the header's words; the least budget
+ * it gives must be accepted and one byte less refused. */
+static size_t least_budget(int64_t rows, int64_t H, int64_t V, size_t es, int bias_grad,
+                           int vocab) {
+  (void)H;
+  const size_t F = xent_linear_align(xent_workspace_size(rows)) +
+                   (bias_grad ? xent_linear_align((size_t)V * 4) : 0);
+  size_t P;
+  if (!vocab) {
+    const int64_t per16 = (int64_t)(16 / es);
+    P = (size_t)((V + per16 - 1) / per16 * per16) * es;
+  } else { /* the least over slab counts n of the slab, its records and their rounding */
+    const int64_t least = ((V < 256 ? V : 256) + 7) / 8 * 8;
+    P = SIZE_MAX;
+    for (int64_t n = 1; n <= V; n++) {
+      const int64_t w = ((V + n - 1) / n + 7) / 8 * 8;
+      if (w < least) break;
+      const size_t cost = (size_t)w * (size_t)rows * es + (size_t)n * (size_t)rows * 32 +
+                          256 * (size_t)(n + 2);
+      if (cost < P) P = cost;
+    }
+  }
+  for (size_t b = F + P;; b++) { /* the smallest b whose rest after the quarter holds both */
+    size_t lt = b / 4 < ((size_t)4 << 20) ? xent_linear_align(b / 4) : ((size_t)4 << 20);
+    if (b >= lt && b - lt >= F + P) return b;
+  }
+}
+
+static void test_linear_least_budget(void **state) {
+  (void)state;
+  struct {
+    int64_t rows, H, V;
+    xent_dtype dt;
+    int bias, vocab;
+  } cases[] = {
+      {16, 24, 64, XENT_BFLOAT16, 1, 0},     {16, 24, 64, XENT_BFLOAT16, 1, 1},
+      {300, 96, 700, XENT_FLOAT32, 0, 0},    {300, 96, 700, XENT_FLOAT32, 0, 1},
+      {4096, 4096, 128256, XENT_BFLOAT16, 0, 0}, {4096, 4096, 128256, XENT_BFLOAT16, 0, 1},
+      {2048, 2304, 256000, XENT_FLOAT16, 1, 1}, {37, 61, 509, XENT_FLOAT16, 1, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    xent_linear_input in;
+    memset(&in, 0, sizeof in);
+    in.rows = cases[i].rows, in.hidden_size = cases[i].H, in.vocab = cases[i].V;
+    in.dtype = cases[i].dt;
+    in.bias = cases[i].bias ? (void *)256 : NULL;
+    xent_linear_grads g;
+    memset(&g, 0, sizeof g);
+    g.hidden = (void *)256, g.hidden_dtype = cases[i].dt;
+    g.weight = (void *)256, g.weight_dtype = cases[i].dt;
+    g.bias = cases[i].bias ? (void *)256 : NULL, g.bias_dtype = cases[i].dt;
+    xent_linear_options lo = XENT_LINEAR_OPTIONS_INIT;
+    lo.schedule = cases[i].vocab ? XENT_SCHEDULE_VOCAB : XENT_SCHEDULE_ROWS;
+    const size_t least = least_budget(cases[i].rows, cases[i].H, cases[i].V,
+                                      xt_dtype_size(cases[i].dt), cases[i].bias, cases[i].vocab);
+    lo.memory_budget = least;
+    const size_t at = xent_linear_workspace_size(&in, &lo, &g);
+    lo.memory_budget = least - 1;
+    const size_t below = xent_linear_workspace_size(&in, &lo, &g);
+    print_message("%lld x %lld x %lld %s: least budget %zu bytes (workspace %zu)\n",
+                  (long long)cases[i].rows, (long long)cases[i].H, (long long)cases[i].V,
+                  cases[i].vocab ? "vocab" : "rows", least, at);
+    assert_true(at > 0);
+    assert_int_equal(below, 0);
+  }
 }
 
 /* The default plan holds at most 1/16 of the logits at the benchmark's
@@ -750,6 +1063,12 @@ static void test_linear_split_room(void **state) {
     if (!have_gpu()) skip(); \
   } while (0)
 
+static void test_cuda_linear_one_rounding(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  assert_int_equal(accumulate_rounding(1), 0);
+}
+
 static void test_cuda_linear_features(void **state) {
   (void)state;
   REQUIRE_GPU();
@@ -1029,11 +1348,16 @@ int main(void) {
       cmocka_unit_test(test_linear_auto_schedule),
       cmocka_unit_test(test_linear_split_room),
       cmocka_unit_test(test_linear_errors),
+      cmocka_unit_test(test_linear_workspace_size_errors),
+      cmocka_unit_test(test_linear_least_budget),
       cmocka_unit_test(test_checker_catches),
       cmocka_unit_test(test_cpu_linear_features),
       cmocka_unit_test(test_cpu_linear_gradients),
       cmocka_unit_test(test_cpu_linear_edges),
       cmocka_unit_test(test_cpu_linear_vocab),
+      cmocka_unit_test(test_cpu_linear_threads),
+      cmocka_unit_test(test_cpu_linear_one_rounding),
+      cmocka_unit_test(test_cuda_linear_one_rounding),
       cmocka_unit_test(test_cuda_linear_features),
       cmocka_unit_test(test_cuda_linear_gradients),
       cmocka_unit_test(test_cuda_linear_edges),

@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kVpThreads) vp_stats_kernel(const vp_params v)
       if (p.weights) {
         const float mn = fmaxf(q.m, xc);
         const float wv = __ldg(p.weights + v.offset + j) * p.k.inv_vocab;
-        q.swx = fmaf(wv, xc - mn, shift_swx(q.swx, q.sw, q.m, mn));
+        q.swx = fmaf(wv, xent_shifted(xc, mn), shift_swx(q.swx, q.sw, q.m, mn));
         q.sw += wv;
       }
     }
