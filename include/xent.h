@@ -628,6 +628,13 @@ XENT_API xent_status xent_get_info(xent_info *info);
 typedef struct xent_device_info {
   char name[256];
   int sm_major, sm_minor;    /* compute capability                                           */
+  int code_arch;             /* the code of this build the device runs, as 10 x major + minor:
+                                90 for sm_90a machine code, 80 for compute_80 PTX that the
+                                driver compiles; 0 when the build has none for it (every
+                                CUDA call then returns XENT_ERROR_UNSUPPORTED)                */
+  int plan_arch;             /* the compute capability the launch plan chooses kernels for:
+                                the device's, capped at code_arch (a build without the
+                                device's own code runs the plan of the code it has)        */
   int multiprocessors;
   int cluster_launch;        /* 1 when thread-block clusters are available (sm_90 and newer) */
   size_t global_memory;      /* bytes                                                        */

@@ -59,9 +59,16 @@ typedef struct xent_experimental {
                         on GPUs that cannot map host memory                               */
   int backward_waves; /* the backward's grid in waves of resident blocks: 0 the default,
                         -1 one work item a block                                          */
+  int plan_arch;     /* the compute capability (10 x major + minor, 75 to 120) the CUDA plan
+                        chooses kernels for, whatever the device is: 80 runs the A100's plan,
+                        100 Blackwell's. 0: the environment variable XENT_PLAN_ARCH if set,
+                        else the device's (xent_device_info.plan_arch). A plan whose kernels
+                        need code this build lacks for the device (the staged kernel or
+                        programmatic launches, compute_90 and newer) makes the call fail with
+                        XENT_ERROR_UNSUPPORTED, naming the kernel and the device           */
 } xent_experimental;
 
-#define XENT_EXPERIMENTAL_INIT {{XENT_EXPERIMENTAL_TABLE, 0, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 0}
+#define XENT_EXPERIMENTAL_INIT {{XENT_EXPERIMENTAL_TABLE, 0, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 0, 0}
 
 /* Use `settings` for this thread's later calls; NULL restores the defaults.
  * Returns XENT_ERROR_BAD_ENUM or XENT_ERROR_BAD_ARGUMENT (nothing changed)

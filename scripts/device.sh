@@ -8,6 +8,12 @@
 #   (no stage: build test python bench linear)
 #
 #   build        CMake + Ninja (Release, sm_90a only), cmocka and OpenBLAS from .deps
+#   proxy        the A100's code and plan on this GPU: a build of compute_80 PTX alone
+#                (build-sm80, made beside the main build), whose calls the driver JIT-compiles
+#                and whose plan is sm_80's; the CUDA C tests (XENT_TEST_QUICK subset unless
+#                XENT_PROXY_FULL=1) and the CUDA Python suites (XENT_PROXY_PYTEST) on it
+#   plan100      Blackwell's plan (XENT_PLAN_ARCH=100) over the main build's sm_90a code:
+#                the same tests
 #   before       xent-bench of an earlier commit (build-before/), for bench's side-by-side
 #                table: its sources carried as .before/src.tar (git archive COMMIT)
 #   test         every C test through CTest: API, CPU, linear (CPU and CUDA), CUDA
@@ -77,18 +83,26 @@ scripts/deps.sh >"$LOGS/deps.log" 2>&1
 build_tree() { # dir [cmake args...]
   local dir=$1
   shift
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_PTX=OFF \
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_ARCHITECTURES=90a -DXENT_CUDA_PTX=OFF \
     $XENT_CMAKE_PREFIX "$@" >>"$LOGS/build.log" 2>&1 && cmake --build "$dir" -j 16 \
     >>"$LOGS/build.log" 2>&1
 }
 
+if has proxy; then
+  # compute_80 PTX alone: on a Hopper GPU the driver JIT-compiles it, and the plan is the
+  # A100's (plan_arch = the code's). Tests and the benchmark only, no dev/.
+  (cmake -S . -B build-sm80 -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_ARCHITECTURES= \
+     -DXENT_CUDA_PTX=ON -DXENT_CUDA_PTX_ARCHS=80 $XENT_CMAKE_PREFIX >"$LOGS/proxy.log" 2>&1 &&
+   cmake --build build-sm80 -j 8 >>"$LOGS/proxy.log" 2>&1) &
+  proxy_pid=$!
+fi
 if has before; then
   # The commit the bench stage compares with, built from a clean checkout of it.
   before=".before/src.tar"
   (rm -rf "$LOGS/before-src" && mkdir -p "$LOGS/before-src" &&
    tar -xf .before/src.tar -C "$LOGS/before-src" >"$LOGS/before.log" 2>&1 &&
    cd "$LOGS/before-src" &&
-   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_PTX=OFF \
+   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_ARCHITECTURES=90a -DXENT_CUDA_PTX=OFF \
      -DXENT_BUILD_TESTS=OFF >>"$LOGS/before.log" 2>&1 &&
    cmake --build build -j 8 --target xent-bench >>"$LOGS/before.log" 2>&1 &&
    rm -rf "$OLDPWD/build-before" && cp -r build "$OLDPWD/build-before") &
@@ -101,7 +115,7 @@ if has variant; then
    tar --exclude='./build*' --exclude='./.deps' --exclude='./.whl' --exclude='./.before' \
      --exclude='./out' -cf - . | tar -xf - -C "$LOGS/variant-src" &&
    cd "$LOGS/variant-src" && sed -i "${XENT_VARIANT_SED#*|}" "${XENT_VARIANT_SED%%|*}" &&
-   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_PTX=OFF \
+   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_ARCHITECTURES=90a -DXENT_CUDA_PTX=OFF \
      $XENT_CMAKE_PREFIX >"$LOGS/variant.log" 2>&1 &&
    cmake --build build -j 8 --target xent-bench test_linear >>"$LOGS/variant.log" 2>&1 &&
    rm -rf "$OLDPWD/build-variant" && cp -r build "$OLDPWD/build-variant") &
@@ -120,6 +134,10 @@ fi
 if has before; then
   wait $before_pid && note before "built $before" || {
     note before "FAILED"; cp "$LOGS/before.log" "$OUT/"; tail -20 "$OUT/before.log"; }
+fi
+if has proxy; then
+  wait $proxy_pid && note proxy-build "built build-sm80 (compute_80 PTX)" || {
+    note proxy-build "FAILED"; cp "$LOGS/proxy.log" "$OUT/"; tail -20 "$OUT/proxy.log"; }
 fi
 if has variant; then
   wait $variant_pid && note variant "built: ${XENT_VARIANT_SED:-}" || {
@@ -178,6 +196,34 @@ if has python && in_time python; then
     ${XENT_PYTEST_ARGS:-tests/python} >"$OUT/pytest.log" 2>&1
   note pytest "$(tail -1 "$OUT/pytest.log")"
   grep -E "^FAILED|^ERROR" "$OUT/pytest.log" | head -20
+fi
+# The CUDA C tests and the CUDA Python suites under another plan: `dir` the build, then
+# the environment (XENT_PLAN_ARCH=...) they run with.
+plan_stage() { # name dir [VAR=value ...]
+  local name=$1 dir=$2
+  shift 2
+  stamp "$name"
+  local quick=1
+  [ "${XENT_PROXY_FULL:-0}" = 1 ] && quick=0
+  (cd "$dir" && env "$@" XENT_TEST_QUICK=$quick ctest --output-on-failure -j 8 \
+     --timeout "${XENT_TEST_TIMEOUT:-400}" -R 'test_cuda|test_linear|test_vp') \
+    >"$OUT/$name-ctest.log" 2>&1
+  note "$name" "C: $(grep -E 'tests passed|tests failed' "$OUT/$name-ctest.log" | tail -1), $(
+    grep -c '(Skipped)' "$OUT/$name-ctest.log") skipped"
+  grep -E '\*\*\*(Failed|Timeout|Exception)|FAILED|plan sm_|compute_' "$OUT/$name-ctest.log" |
+    head -12
+  env "$@" XENT_LIBRARY="$PWD/$dir/libxent.so" timeout "${XENT_PYTEST_TIMEOUT:-420}" \
+    python3 -m pytest -q -p no:cacheprovider -rs \
+    ${XENT_PROXY_PYTEST:-tests/python/test_torch_cuda.py tests/python/test_torch_linear.py} \
+    >"$OUT/$name-pytest.log" 2>&1
+  note "$name" "python: $(tail -1 "$OUT/$name-pytest.log")"
+  grep -E "^FAILED|^ERROR" "$OUT/$name-pytest.log" | head -10
+}
+if has proxy && in_time proxy && [ -f build-sm80/libxent.so ]; then
+  plan_stage proxy build-sm80 XENT_PROXY=sm80
+fi
+if has plan100 && in_time plan100; then
+  plan_stage plan100 build XENT_PLAN_ARCH=100
 fi
 if has linear && in_time linear; then
   stamp "linear"
@@ -268,9 +314,22 @@ if has host && in_time host; then
   note host "rc=$?"
 fi
 
+if has dwk && in_time dwk; then
+  # dW's product by k: the heuristic's configuration against the forced one (dev/cuda/lt_dwk.cu)
+  stamp "dwk"
+  if cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_ARCHITECTURES=90a \
+       -DXENT_CUDA_PTX=OFF -DXENT_BUILD_DEV=ON -DXENT_BUILD_TESTS=OFF -DXENT_BUILD_BENCH=OFF \
+       >"$LOGS/dwk.log" 2>&1 && cmake --build build-dev -j 16 --target dev-lt_dwk >>"$LOGS/dwk.log" 2>&1; then
+    timeout 240 build-dev/dev/dev-lt_dwk >"$OUT/dwk.log" 2>&1
+    note dwk "rc=$?"
+  else
+    cp "$LOGS/dwk.log" "$OUT/dwk-build.log"
+    note dwk "build FAILED"
+  fi
+fi
 if has power && in_time power; then
   stamp "power"
-  if cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_PTX=OFF \
+  if cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_ARCHITECTURES=90a -DXENT_CUDA_PTX=OFF \
        -DXENT_BUILD_DEV=ON -DXENT_BUILD_TESTS=OFF -DXENT_BUILD_BENCH=OFF >"$LOGS/power.log" 2>&1 &&
      cmake --build build-dev -j 16 --target dev-lt_overlap >>"$LOGS/power.log" 2>&1; then
     timeout 300 build-dev/dev/dev-lt_overlap power >"$OUT/power.log" 2>&1
@@ -308,4 +367,5 @@ done
 [ -f "$OUT/hf.log" ] && { echo "-- hf"; tail -8 "$OUT/hf.log"; }
 [ -f "$OUT/host.log" ] && { echo "-- host"; grep -vE '^\s*$' "$OUT/host.log" | tail -60; }
 [ -f "$OUT/power.log" ] && { echo "-- power"; cat "$OUT/power.log"; }
+[ -f "$OUT/dwk.log" ] && { echo "-- dwk"; cat "$OUT/dwk.log"; }
 exit 0

@@ -200,6 +200,8 @@ class XentDeviceInfo(Structure):
         ("name", c_char * 256),
         ("sm_major", c_int),
         ("sm_minor", c_int),
+        ("code_arch", c_int),
+        ("plan_arch", c_int),
         ("multiprocessors", c_int),
         ("cluster_launch", c_int),
         ("global_memory", c_size_t),

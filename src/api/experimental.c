@@ -94,6 +94,10 @@ xent_status xent_experimental_set(const xent_experimental *settings) {
   if (!in_range(settings->backward_waves, -1, 1024))
     return xent_fail(XENT_ERROR_BAD_ARGUMENT, "backward_waves is %d; it must be -1 to 1024",
                      settings->backward_waves);
+  if (settings->plan_arch != 0 && !in_range(settings->plan_arch, 75, 129))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "plan_arch is %d; it must be 0 or a compute capability from 75 to 129",
+                     settings->plan_arch);
   current = *settings;
   return XENT_OK;
 }

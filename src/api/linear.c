@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "api/checks.h"
+#include "api/experimental.h"
 #include "common/dtype.h"
 #include "common/error.h"
 #include "common/linear.h"
@@ -211,6 +212,7 @@ static xent_status linear_common(const xent_linear_input *in, const xent_options
   c.opt = *opt;
   c.out = *out;
   c.ex = *exec;
+  c.exp = xent_experimental_current();
   xent_status st = check_linear_args(in, lopt, grads, 1, &c);
   if (st) return st;
   const int64_t rows = in->rows, V = in->vocab;

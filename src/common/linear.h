@@ -13,6 +13,7 @@
 
 #include "common/workspace.h"
 #include "xent.h"
+#include "xent_experimental.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -89,6 +90,8 @@ typedef struct xent_linear_call {
   xent_linear_grads g;   /* strides normalised; all NULL for a forward         */
   int backward;          /* some gradient is asked for                         */
   xent_exec ex;          /* backend resolved                                   */
+  xent_experimental exp; /* the calling thread's settings (the CUDA plan's
+                            compute capability; the rest stay the defaults)  */
   xent_linear_plan plan;
 } xent_linear_call;
 

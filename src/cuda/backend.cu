@@ -56,6 +56,14 @@ xent_status xent_cuda_device_info(int device, xent_device_info *info) {
   info->cluster_launch = cl;
   info->global_memory = prop.totalGlobalMem;
   info->shared_memory_per_block_optin = prop.sharedMemPerBlockOptin;
+  /* the code and the plan as a call with the default settings sees them */
+  const xent_experimental defaults = XENT_EXPERIMENTAL_INIT;
+  xent::dev_props dp;
+  if (xent::get_props(device, defaults, &dp) == XENT_OK) {
+    info->code_arch = dp.code_arch;
+    info->plan_arch = dp.plan_arch;
+  }
+  xent_clear_error(); /* no code for the device: code_arch 0 says so */
   return XENT_OK;
 }
 

@@ -89,7 +89,7 @@ extern "C" xent_status xent_cuda_backward(const xent_scale_call *c) {
   s.applied = c->applied;
   cudaStream_t stream = (cudaStream_t)c->ex.stream;
   dev_props props;
-  st = get_props(c->ex.device, &props);
+  st = get_props(c->ex.device, c->exp, &props);
   if (!st) {
     switch (c->dtype) {
       case XENT_FLOAT32: st = launch_scale<float>(s, props, stream, c->exp); break;

@@ -27,13 +27,28 @@ xent_status cuda_fail(cudaError_t e, const char *what);
 int device_count();
 
 struct dev_props {
-  int sm_major;
+  int sm_major;    /* the plan's compute capability major (plan_arch / 10): what the
+                      launch table, programmatic launches and clusters go by          */
+  int plan_arch;   /* 10 x major + minor the plan chooses for                         */
+  int device_arch; /* the device's own compute capability, 10 x major + minor          */
+  int code_arch;   /* of the code this build runs on the device (its PTX version)     */
   int sms;
-  int smem_optin; /* the most shared memory one block may have */
+  int smem_optin;  /* the most shared memory one block may have */
 };
 
-/* The properties of `dev`, queried once per thread and device. */
-xent_status get_props(int dev, dev_props *out);
+/* The properties of `dev` (the device's queried once per thread and device)
+ * and the plan's compute capability for a call with settings `exp`: its
+ * plan_arch, else XENT_PLAN_ARCH, else the device's capped at the code's.
+ * XENT_ERROR_UNSUPPORTED when this build carries no code for the device. */
+xent_status get_props(int dev, const xent_experimental &exp, dev_props *out);
+
+/* XENT_OK when kernel `k` (named `name`) has code for the plan's features
+ * on this device: `needs` is the least compute capability its launch
+ * relies on (90 for the staged kernel, clusters and programmatic launches;
+ * their code is compiled out below). Else XENT_ERROR_UNSUPPORTED naming the
+ * kernel and the device: a kernel whose body was compiled out would return
+ * having written nothing. Cached per thread and kernel. */
+xent_status check_kernel_code(const void *k, const char *name, int needs, const dev_props &dp);
 
 /* The calling thread's device, made `dev` for the duration of a call. */
 struct device_scope {

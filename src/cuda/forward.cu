@@ -85,6 +85,15 @@ xent_status resident_units(fwd_kernel k, int cluster, int threads, int smem, int
   return XENT_OK;
 }
 
+const char *kernel_name(int kernel) {
+  switch (kernel) {
+    case XENT_KERNEL_STAGED: return "staged";
+    case XENT_KERNEL_SEGMENT: return "segment";
+    case XENT_KERNEL_WARP_ROW: return "warp-row";
+    default: return "two-read";
+  }
+}
+
 void describe(const xent_plan &l, const fwd_params &p, long long blocks) {
   const char *v = l.variant == XENT_VARIANT_GENERAL ? " general"
                   : l.variant == XENT_VARIANT_STATS ? " stats"
@@ -121,6 +130,18 @@ xent_status launch_forward(const xent_plan &l, const dev_props &dp, xent_dtype d
   if (!k)
     return xent_fail(XENT_ERROR_UNSUPPORTED, "no kernel is built for plan %d (variant %d, vecs %d)",
                      l.kernel, l.variant, l.vecs);
+  /* The staged kernel, clusters and programmatic launches need sm_90 code:
+   * a kernel whose body is compiled out below it would write nothing. */
+  const bool pdl =
+      (l.programmatic || exp.programmatic == 2) && exp.programmatic != 1 && dp.sm_major >= 9;
+  const int needs = l.kernel == XENT_KERNEL_STAGED || l.cluster > 1 || pdl ? 90 : 0;
+  if (needs) {
+    char name[64];
+    snprintf(name, sizeof name, "the %s kernel (%s)", kernel_name(l.kernel),
+             dt == XENT_FLOAT32 ? "fp32" : dt == XENT_BFLOAT16 ? "bf16" : "fp16");
+    xent_status st = check_kernel_code((const void *)k, name, needs, dp);
+    if (st) return st;
+  }
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[2];
   int64_t blocks = p.rows;
@@ -430,7 +451,7 @@ extern "C" xent_status xent_cuda_forward(const xent_call *c) {
   xent_status st = enter_device(c->ex.device, &scope);
   if (st) return st;
   dev_props props;
-  st = get_props(c->ex.device, &props);
+  st = get_props(c->ex.device, c->exp, &props);
   if (!st) st = forward_impl(c, props);
   leave_device(&scope);
   return st;

@@ -98,6 +98,7 @@ xent_call ce_view(const xent_linear_call *lc) {
   c.write_grad = lc->backward;
   const xent_experimental exp0 = XENT_EXPERIMENTAL_INIT;
   c.exp = exp0;
+  c.exp.plan_arch = lc->exp.plan_arch;
   return c;
 }
 
@@ -391,7 +392,7 @@ extern "C" xent_status xent_cuda_linear(const xent_linear_call *lc) {
   xent_status st = enter_device(lc->ex.device, &scope);
   if (st) return st;
   dev_props props;
-  st = get_props(lc->ex.device, &props);
+  st = get_props(lc->ex.device, lc->exp, &props);
   cudaStream_t stream = (cudaStream_t)lc->ex.stream;
   if (!st && lc->opt.target_check == XENT_TARGETS_CHECKED) st = refuse_capture(stream);
   if (!st)

@@ -2,8 +2,10 @@
  * plan.c - the launch table (xent_plan_forward) and the check of a forced
  * launch (xent_plan_forced). Every rule was measured on an H200 unless it
  * says otherwise; the pointer after each is the section of bench/NOTES.md
- * (and the versions of bench/HISTORY.md) that measured it. Other GPUs get
- * the rules of sm_80, unmeasured.
+ * (and the versions of bench/HISTORY.md) that measured it. sm_80's rules
+ * were measured on an H100 running the A100's plan over compute_80 code (a
+ * proxy: bench/NOTES.md, "Every GPU"); Blackwell (sm_100+) takes the seed's
+ * warps by dtype with a gradient and sm_80's rules without, unmeasured.
  */
 #include "cuda/plan.h"
 
@@ -154,7 +156,15 @@ static void plan_grad(const xent_plan_call *c, xent_plan *p, int sm_major) {
   }
   /* Rows over 256 KB from sm_80: pass 1 evict-last, pass 2 evict-first
    * (HISTORY v7, not measured again since v10's flush fix). */
-  plan_init(p, XENT_KERNEL_TWO_READ, threads, "two-read, a row per block");
+  p->l2_hint = 0;
+  if (sm_major >= 10) {
+    /* Blackwell, unmeasured here: the seed's rule, the peer's Triton kernel's
+     * warps on a B200 (8 a row for 16-bit logits, 32 for fp32). */
+    plan_init(p, XENT_KERNEL_TWO_READ, c->elem_bytes == 4 ? 1024 : 256,
+              "two-read: sm_100+, the seed's warps by dtype (unmeasured)");
+  } else {
+    plan_init(p, XENT_KERNEL_TWO_READ, threads, "two-read, a row per block");
+  }
   p->l2_hint = sm_major >= 8 && row > 256 * KB;
 }
 

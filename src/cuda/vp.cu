@@ -119,7 +119,7 @@ xent_status vp_entry(const xent_vp_call *v, bool stats) {
   xent_status st = enter_device(v->c.ex.device, &scope);
   if (st) return st;
   dev_props props;
-  st = get_props(v->c.ex.device, &props);
+  st = get_props(v->c.ex.device, v->c.exp, &props);
   if (!st) st = vp_impl(v, stats, props);
   leave_device(&scope);
   return st;

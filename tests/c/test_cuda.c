@@ -447,10 +447,12 @@ static void test_cuda_vocab_sizes(void **state) {
   assert_int_equal(errors, 0);
 }
 
-/* Is device 0 of compute capability `major` or newer? */
+/* Does device 0's plan go by compute capability `major` or newer? The
+ * plan's, not the device's: a build of compute_80 PTX alone runs the A100's
+ * plan on an H100, and XENT_PLAN_ARCH chooses another (xent_device_info). */
 static int has_sm(int major) {
   xent_device_info info;
-  return xent_get_device_info(0, &info) == XENT_OK && info.sm_major >= major;
+  return xent_get_device_info(0, &info) == XENT_OK && info.plan_arch / 10 >= major;
 }
 
 /* Skip the test below compute capability `major`. */
@@ -834,6 +836,76 @@ static void mask_classes(xt_problem *pb, xt_rng *rng) {
     for (int64_t j = 0; j < pb->c.vocab; j++)
       if (j != pb->t64[row] && xt_uniform(rng) < 0.3) xt_problem_set(pb, row, j, -INFINITY);
   assert_int_equal(xt_problem_rereference(pb), 0);
+}
+
+/* The plan's compute capability against the code this build runs on the
+ * device (no silent no-ops): by default the plan is the device's capped at
+ * the code's, and gives right results; a plan forced past the code (sm_90's
+ * staged kernel over compute_80 PTX, as scripts/device.sh's proxy build
+ * runs it on a Hopper GPU) fails with XENT_ERROR_UNSUPPORTED naming the
+ * kernel and the device, writing nothing. Over sm_90 code the A100's plan
+ * (80) and Blackwell's (100) run and give right results. */
+static void test_cuda_code_and_plan(void **state) {
+  (void)state;
+  require_gpu();
+  xt_rng rng = xt_rng_for("test_cuda_code_and_plan");
+  xent_device_info di;
+  assert_int_equal(xent_get_device_info(0, &di), XENT_OK);
+  const int device = 10 * di.sm_major + di.sm_minor;
+  print_message("device sm_%d, code compute_%d, plan sm_%d\n", device, di.code_arch,
+                di.plan_arch);
+  assert_true(di.code_arch >= 75);
+  if (!getenv("XENT_PLAN_ARCH"))
+    assert_int_equal(di.plan_arch, device < di.code_arch ? device : di.code_arch);
+  long errors = 0;
+  xt_case c = xt_case_default(XENT_BFLOAT16, 64, 128256); /* the staged kernel's on sm_90 */
+  const xent_experimental saved = xent_experimental_get();
+  if (di.code_arch < 90) {
+    xent_experimental e = saved;
+    e.plan_arch = 90;
+    assert_int_equal(xent_experimental_set(&e), XENT_OK);
+    xt_problem pb;
+    assert_int_equal(xt_problem_make(&pb, &c, &rng), 0);
+    xt_outbuf ob;
+    assert_int_equal(xt_outbuf_make(&ob, &c), 0);
+    void *after = xt_alloc(pb.alloc_elems * pb.esize);
+    dev_buf d;
+    dev_make(&d, &pb, &ob);
+    xent_exec ex = cuda_exec(NULL, 0);
+    const xent_status st = dev_call(&d, &pb, &ex);
+    const char *msg = xent_last_error();
+    print_message("plan sm_90 over compute_%d: %s\n", di.code_arch, msg);
+    assert_int_equal(st, XENT_ERROR_UNSUPPORTED);
+    assert_true(xt_mentions(msg, "staged") && xt_mentions(msg, "compute_90"));
+    dev_get(&d, &ob, after);
+    for (int64_t i = 0; i <= ob.count; i++) assert_true(xt_is_poison_f32(ob.loss[i]));
+    dev_free(&d);
+    xt_free(after);
+    xt_outbuf_free(&ob);
+    xt_problem_free(&pb);
+    assert_int_equal(xent_experimental_set(&saved), XENT_OK);
+    errors += cuda_run_case(&c, &rng, "the plan of the code", RUN_COMPARE_CPU);
+  } else {
+    const int archs[] = {80, 100};
+    for (int a = 0; a < 2; a++) {
+      xent_experimental e = saved;
+      e.plan_arch = archs[a];
+      assert_int_equal(xent_experimental_set(&e), XENT_OK);
+      for (int d = 0; d < 3; d++)
+        for (int grad = 0; grad < 2; grad++) {
+          xt_case k = xt_case_default(DTYPES[d], 64, d == 1 ? 128256 : 50257);
+          k.grad = grad;
+          if (d == 2) xt_everything(&k);
+          errors += cuda_run_case(&k, &rng, archs[a] == 80 ? "plan sm_80" : "plan sm_100", 0);
+          if (strncmp(xent_experimental_last_launch(), "staged", 6) == 0) {
+            print_message("plan sm_%d launched %s\n", archs[a], xent_experimental_last_launch());
+            errors++;
+          }
+        }
+    }
+    assert_int_equal(xent_experimental_set(&saved), XENT_OK);
+  }
+  assert_int_equal(errors, 0);
 }
 
 static void test_cuda_special_values(void **state) {
@@ -2150,6 +2222,7 @@ int main(void) {
                     g_quick ? " (quick subset)" : "");
   }
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_cuda_code_and_plan),
       cmocka_unit_test(test_cuda_matrix),
       cmocka_unit_test(test_cuda_features),
       cmocka_unit_test(test_cuda_vocab_sizes),

@@ -112,9 +112,17 @@ static void test_other_gpus_and_no_grad(void **state) {
                        {2, 128256, T, 1, 512, 0, 0, 0, 0, 0, 0, 0, 0},
                        {2, 262144, T, 1, 1024, 0, 1, 0, 0, 0, 0, 0, 0},
                        {4, 128256, T, 1, 1024, 0, 1, 0, 0, 0, 0, 0, 0}};
-  for (size_t i = 0; i < sizeof sm80 / sizeof sm80[0]; i++) {
-    expect_pick(8, 1, &sm80[i]);
-    expect_pick(10, 1, &sm80[i]);
+  /* Blackwell with a gradient: the seed's rule, 8 warps for 16-bit logits
+   * and 32 for fp32, whatever the row */
+  const want sm100[] = {{2, 50304, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0},
+                        {2, 128256, T, 1, 256, 0, 0, 0, 0, 0, 0, 0, 0},
+                        {2, 262144, T, 1, 256, 0, 1, 0, 0, 0, 0, 0, 0},
+                        {4, 4096, T, 1, 1024, 0, 0, 0, 0, 0, 0, 0, 0},
+                        {4, 128256, T, 1, 1024, 0, 1, 0, 0, 0, 0, 0, 0}};
+  for (size_t i = 0; i < sizeof sm80 / sizeof sm80[0]; i++) expect_pick(8, 1, &sm80[i]);
+  for (size_t i = 0; i < sizeof sm100 / sizeof sm100[0]; i++) {
+    expect_pick(10, 1, &sm100[i]);
+    expect_pick(12, 1, &sm100[i]);
   }
   const want sm70 = {4, 262144, T, 1, 1024, 0, 0, 0, 0, 0, 0, 0, 0};
   expect_pick(7, 1, &sm70);

@@ -504,8 +504,14 @@ __global__ void __launch_bounds__(XENT_STAGED_MAX_THREADS, 1) fwd_staged(const f
     if (lead) grad_extras<T, GENERAL>(p, gc, sl.rowp, sl.g, tid, nc);
   }
   if (meet) cluster_sync();
+#elif defined(__CUDA_ARCH__)
+  /* Compiled out below sm_90: the host checks a kernel's code before it
+   * launches this one (check_kernel_code); if that ever failed, stop the
+   * grid rather than return having written nothing. */
+  (void)p;
+  __trap();
 #else
-  (void)p; /* never launched: the host picks this path on sm_90+ only */
+  (void)p;
 #endif
 }
 
