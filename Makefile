@@ -1,7 +1,8 @@
 # xent - the two commands:
 #   make bench   the benchmark (GPU when there is one, else CPU)
 #   make test    the whole test suite (C tests through CTest, the C suite again
-#                under ASan and UBSan with gcc and clang, then Python)
+#                under ASan and UBSan with gcc and clang, then Python, then the
+#                wheel built, checked and installed, and the Python suite on it)
 # Both install what they need first (scripts/deps.sh) and skip what is there.
 
 BUILD ?= build
@@ -11,7 +12,7 @@ PYTHON ?= python3
 # one at a time, for a GPU with little memory).
 CTEST_JOBS ?= 8
 
-.PHONY: all deps build test test-c test-sanitize test-python bench bench-quick clean
+.PHONY: all deps build test test-c test-sanitize test-python test-wheel wheel bench bench-quick clean
 
 all: build
 
@@ -28,6 +29,7 @@ test: build
 	@. scripts/env.sh && cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
 	@scripts/sanitize.sh
 	@. scripts/env.sh && scripts/pytest.sh
+	@. scripts/env.sh && scripts/wheel.sh
 
 test-c: build
 	@. scripts/env.sh && cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
@@ -38,6 +40,10 @@ test-sanitize: deps
 test-python: build
 	@. scripts/env.sh && scripts/pytest.sh
 
+# the wheel (wheelhouse/), built, checked, installed and tested (scripts/wheel.sh)
+test-wheel wheel: deps
+	@. scripts/env.sh && scripts/wheel.sh
+
 bench: build
 	@$(BUILD)/bench/xent-bench
 
@@ -45,4 +51,4 @@ bench-quick: build
 	@$(BUILD)/bench/xent-bench --quick
 
 clean:
-	rm -rf $(BUILD) build-sanitize-*
+	rm -rf $(BUILD) build-sanitize-* build-wheel build-wheel.log dist wheelhouse

@@ -617,6 +617,10 @@ typedef struct xent_info {
   int version_major, version_minor, version_patch;
   int cpu_backend;           /* always 1                                                     */
   int cpu_threads;           /* threads the CPU backend uses when num_threads is 0           */
+  int cpu_level;             /* the x86-64 level the CPU kernels run at in a portable build
+                                (a wheel): 1 (x86-64), 3 (AVX2, FMA, F16C) or 4 (AVX-512),
+                                the CPU's, capped by XENT_CPU_LEVEL in the environment; 0 in
+                                a build for its own machine (-march=native, from source)    */
   int cuda_built;            /* 1 when the CUDA backend is compiled in                       */
   int cuda_devices;          /* devices the driver reports; 0 without a GPU or driver        */
   int cuda_runtime_version;  /* e.g. 13000; 0 when not built                                  */

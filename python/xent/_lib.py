@@ -188,6 +188,7 @@ class XentInfo(Structure):
         ("version_patch", c_int),
         ("cpu_backend", c_int),
         ("cpu_threads", c_int),
+        ("cpu_level", c_int),
         ("cuda_built", c_int),
         ("cuda_devices", c_int),
         ("cuda_runtime_version", c_int),

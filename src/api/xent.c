@@ -50,6 +50,7 @@ xent_status xent_get_info(xent_info *info) {
   info->version_patch = XENT_VERSION_PATCH;
   info->cpu_backend = 1;
   info->cpu_threads = xent_cpu_default_threads();
+  info->cpu_level = xent_cpu_level();
   info->cuda_built = xent_cuda_built();
   xent_cuda_fill_info(info);
   return XENT_OK;

@@ -14,6 +14,7 @@
 
 #include "common/call.h"
 #include "common/rowmath.h"
+#include "cpu/isa.h"
 
 typedef struct xent_cpu_row {
   float loss; /* loss terms before any reduction scale (z excluded) */

@@ -6,6 +6,7 @@
 
 #include "common/call.h"
 #include "common/linear.h"
+#include "cpu/isa.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -18,6 +19,9 @@ xent_status xent_cpu_vp_stats(const xent_vp_call *v);
 xent_status xent_cpu_vp_forward(const xent_vp_call *v);
 /* Threads a call with num_threads 0 uses. */
 int xent_cpu_default_threads(void);
+/* The x86-64 level the CPU kernels run at: 1, 3 or 4 in a portable build
+ * (dispatch.c); 0 in a build for its own machine. */
+int xent_cpu_level(void);
 
 #ifdef __cplusplus
 }

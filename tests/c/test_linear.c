@@ -65,9 +65,9 @@ static xent_status run_cpu_threads(const xt_lin *p, xt_lin_out *o, int threads) 
 
 static xent_status run_cpu(const xt_lin *p, xt_lin_out *o) { return run_cpu_threads(p, o, 0); }
 
-static int g_gpu = -1;
 static int have_gpu(void) {
 #ifdef XENT_TEST_HAVE_CUDA
+  static int g_gpu = -1;
   if (g_gpu < 0) {
     int n = 0;
     g_gpu = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;

@@ -23,8 +23,12 @@ def test_hf_trainer_example_learns():
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
+    import xent
+
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.join(REPO, "python") + os.pathsep + env.get("PYTHONPATH", "")
+    src = os.path.join(REPO, "python")
+    if os.path.abspath(xent.__file__).startswith(src + os.sep):  # the same xent as this process
+        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("CUDA_VISIBLE_DEVICES", "")  # the CPU run the example documents
     r = subprocess.run([sys.executable, os.path.join(REPO, "examples", "hf_trainer_tiny.py"),
                         "--quiet"], env=env, capture_output=True, text=True, timeout=600)
