@@ -12,12 +12,16 @@ PYTHON ?= python3
 # one at a time, for a GPU with little memory).
 CTEST_JOBS ?= 8
 
-.PHONY: all deps build test test-c test-sanitize test-python test-wheel wheel bench bench-quick clean
+.PHONY: all deps pyenv build test test-c test-sanitize test-python test-wheel wheel bench bench-quick clean
 
 all: build
 
 deps:
 	@scripts/deps.sh
+
+# the test environment first, so that the build finds its jax (libxent_jax)
+pyenv:
+	@scripts/pyenv.sh >/dev/null
 
 $(BUILD)/CMakeCache.txt:
 	@. scripts/env.sh && cmake -S . -B $(BUILD) $$XENT_CMAKE_PREFIX $(CMAKE_FLAGS)
@@ -25,7 +29,7 @@ $(BUILD)/CMakeCache.txt:
 build: deps $(BUILD)/CMakeCache.txt
 	@cmake --build $(BUILD) -j
 
-test: build
+test: deps pyenv build
 	@. scripts/env.sh && cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
 	@scripts/sanitize.sh
 	@. scripts/env.sh && scripts/pytest.sh
@@ -37,7 +41,7 @@ test-c: build
 test-sanitize: deps
 	@scripts/sanitize.sh
 
-test-python: build
+test-python: deps pyenv build
 	@. scripts/env.sh && scripts/pytest.sh
 
 # the wheel (wheelhouse/), built, checked, installed and tested (scripts/wheel.sh)

@@ -31,6 +31,7 @@
 #   linear-sched bench/linear.py: the GEMMs alone, xent's rows and vocab schedules and auto,
 #                at each of XENT_LINEAR_SCHED_SHAPES ("BT,H,V ...")
 #   vp           bench/vp.py: the vocabulary-parallel shard calls against the single-GPU loss
+#   jax          bench/jax_step.py: xent.jax against optax, jax.nn and XLA's matmul + loss
 #   hf           bench/hf_step.py: a 1B-shaped Hugging Face model's training step with
 #                each loss (memory and time)
 #   sanitize     compute-sanitizer memcheck of test_linear's CUDA tests
@@ -284,6 +285,13 @@ if has compare && in_time compare; then
     ${XENT_COMPARE_ARGS:-} >"$OUT/compare.log" 2>&1
   note compare "rc=$?"
 fi
+if has jax && in_time jax; then
+  # xent.jax against optax / jax.nn and XLA's own matmul + loss (bench/jax_step.py)
+  stamp "jax"
+  PYTHONUNBUFFERED=1 timeout 400 python3 bench/jax_step.py --csv "$OUT/jax-step.csv" \
+    >"$OUT/jax.log" 2>&1
+  note jax "rc=$?"
+fi
 if has vp && in_time vp; then
   stamp "vp"
   timeout 200 python3 bench/vp.py >"$OUT/vp.log" 2>&1
@@ -364,6 +372,7 @@ for f in bench bench-before bench-variant bench-again; do
 done
 [ -f "$OUT/linear.log" ] && { echo "-- linear"; grep -vE '^\s*$' "$OUT/linear.log" | tail -60; }
 [ -f "$OUT/vp.log" ] && { echo "-- vp"; tail -5 "$OUT/vp.log"; }
+[ -f "$OUT/jax.log" ] && { echo "-- jax"; cat "$OUT/jax.log"; }
 [ -f "$OUT/hf.log" ] && { echo "-- hf"; tail -8 "$OUT/hf.log"; }
 [ -f "$OUT/host.log" ] && { echo "-- host"; grep -vE '^\s*$' "$OUT/host.log" | tail -60; }
 [ -f "$OUT/power.log" ] && { echo "-- power"; cat "$OUT/power.log"; }

@@ -51,7 +51,8 @@ cd "$(mktemp -d)"
 run() {
   env -u XENT_LIBRARY -u PYTHONPATH XENT_TEST_INSTALLED=1 PYTHONDONTWRITEBYTECODE=1 "$@"
 }
-run "$REPO/$env_dir/bin/python" -m pytest -q -p no:cacheprovider -rs "$REPO/tests/python"
+run "$REPO/$env_dir/bin/python" -m pytest -q -p no:cacheprovider -rs "$REPO/tests/python" |
+  tee "$REPO/build-wheel/pytest.log"
 for level in 1 3 4; do
   echo "wheel: the NumPy suite on the CPU kernels of x86-64 level $level (or the CPU's, if lower)"
   XENT_CPU_LEVEL=$level run "$REPO/$env_dir/bin/python" -m pytest -q -p no:cacheprovider \
