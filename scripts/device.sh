@@ -32,6 +32,9 @@
 #                at each of XENT_LINEAR_SCHED_SHAPES ("BT,H,V ...")
 #   vp           bench/vp.py: the vocabulary-parallel shard calls against the single-GPU loss
 #   jax          bench/jax_step.py: xent.jax against optax, jax.nn and XLA's matmul + loss
+#   dwk          dev/cuda/lt_dwk.cu: dW's product by k, cuBLASLt's heuristic against the forced tile
+#   cutlass      dev/cuda/gemm_cutlass_spike.cu: the three products through CUTLASS's Hopper
+#                GEMMs against cuBLASLt (the nvidia-cutlass wheel carried in .whl)
 #   hf           bench/hf_step.py: a 1B-shaped Hugging Face model's training step with
 #                each loss (memory and time)
 #   sanitize     compute-sanitizer memcheck of test_linear's CUDA tests
@@ -335,6 +338,25 @@ if has dwk && in_time dwk; then
     note dwk "build FAILED"
   fi
 fi
+if has cutlass && in_time cutlass; then
+  # Issue 56's spike, the CUTLASS route: the three products through CUTLASS's Hopper GEMMs
+  # against cuBLASLt (dev/cuda/gemm_cutlass_spike.cu). CUTLASS's headers come from the
+  # nvidia-cutlass wheel carried in .whl (installed above).
+  stamp "cutlass"
+  inc=$(python3 -c 'import os, cutlass_library as c
+print(os.path.join(os.path.dirname(c.__file__), "source", "include"))' 2>/dev/null)
+  if [ -n "$inc" ] && [ -d "$inc" ] &&
+     cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_ARCHITECTURES=90a \
+       -DXENT_CUDA_PTX=OFF -DXENT_BUILD_DEV=ON -DXENT_BUILD_TESTS=OFF -DXENT_BUILD_BENCH=OFF \
+       -DXENT_CUTLASS_DIR="$inc" >"$LOGS/cutlass.log" 2>&1 &&
+     cmake --build build-dev -j 16 --target dev-gemm_cutlass_spike >>"$LOGS/cutlass.log" 2>&1; then
+    timeout 240 build-dev/dev/dev-gemm_cutlass_spike >"$OUT/cutlass.log" 2>&1
+    note cutlass "rc=$?"
+  else
+    cp "$LOGS/cutlass.log" "$OUT/cutlass-build.log" 2>/dev/null
+    note cutlass "no build (CUTLASS's headers: carry the nvidia-cutlass wheel in .whl)"
+  fi
+fi
 if has power && in_time power; then
   stamp "power"
   if cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_ARCHITECTURES=90a -DXENT_CUDA_PTX=OFF \
@@ -377,4 +399,5 @@ done
 [ -f "$OUT/host.log" ] && { echo "-- host"; grep -vE '^\s*$' "$OUT/host.log" | tail -60; }
 [ -f "$OUT/power.log" ] && { echo "-- power"; cat "$OUT/power.log"; }
 [ -f "$OUT/dwk.log" ] && { echo "-- dwk"; cat "$OUT/dwk.log"; }
+[ -f "$OUT/cutlass.log" ] && { echo "-- cutlass"; cat "$OUT/cutlass.log"; }
 exit 0

@@ -277,9 +277,11 @@ _VP_SCRIPT = textwrap.dedent("""
                                   in_specs=(P(None, "tp"), P(), P()), out_specs=P())
                 got = jax.jit(f)(x, y, w)
                 want = xj.cross_entropy(x, y, w, **kw)
+                # the records merge in another order than one row's reduction: a few
+                # fp32 ulps apart, and one rounding of the dtype for the gradient
                 for a, b in zip(got, want):
                     if b is not None:
-                        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6,
+                        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5,
                                                    atol=1e-6)
                 ct = jnp.arange(33.0) if kw.get("reduction") == "none" else 1.5
                 g = jax.jit(jax.grad(lambda x: jnp.sum(jax.shard_map(
@@ -287,9 +289,9 @@ _VP_SCRIPT = textwrap.dedent("""
                     in_specs=(P(None, "tp"), P(), P()), out_specs=P())(x, y, w) * ct)))(x)
                 gw = jax.grad(lambda x: jnp.sum(xj.cross_entropy(x, y, w, **kw).loss * ct))(x)
                 assert g.dtype == x.dtype
-                np.testing.assert_allclose(np.asarray(g.astype(jnp.float32)),
-                                           np.asarray(gw.astype(jnp.float32)), rtol=1e-6,
-                                           atol=1e-6)
+                ga, gb = np.asarray(g.astype(jnp.float32)), np.asarray(gw.astype(jnp.float32))
+                rt = 1e-5 if dt == jnp.float32 else 2.0**-7
+                np.testing.assert_allclose(ga, gb, rtol=rt, atol=1e-6 * np.abs(gb).max())
     print("vp ok")
 """)
 
