@@ -23,6 +23,12 @@ Providers (each skipped, with a printed reason, when it is missing or cannot run
                     Face's default loss does
     torch_bf16ce    F.cross_entropy(x @ W.T, y) in bf16
     torch_compile   torch.compile of the fp32 one
+    torch_lce       torch.nn.functional.linear_cross_entropy (torch >= 2.13), its reference
+                    path (the logits whole)
+    torch_lce_chunked  the same with LinearCrossEntropyOptions() (its chunked path)
+
+Without a GPU (or with --cpu): a CPU row, fp32 at 2048 x 1024 x 32000 (--shape to change):
+xent's CPU backend against torch_lce, torch_lce_chunked and torch_fp32ce, wall time.
 
 Memory: "extra" is the peak of torch.cuda.max_memory_allocated() over one fresh step,
 minus the inputs (x, W, y) and minus the gradients dX and dW that every method holds, in
@@ -65,7 +71,7 @@ import results_csv  # noqa: E402
 SHAPES = [(8192, 4096, 128256), (8192, 2304, 256000), (4096, 4096, 128256), (8192, 2048, 128256)]
 SWEEP_BT = [2048, 4096, 8192, 16384, 32768]
 PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "cce", "cce_exact",
-             "torch_fp32ce", "torch_bf16ce", "torch_compile"]
+             "torch_fp32ce", "torch_bf16ce", "torch_compile", "torch_lce", "torch_lce_chunked"]
 # on request only: xent with its schedule fixed (xent.h, "schedule")
 EXTRA_PROVIDERS = ["xent_rows", "xent_vocab", "xent_fp32accum_rows", "xent_fp32accum_vocab"]
 # without dX these would time another step than the floor's
@@ -92,6 +98,7 @@ def parse_args(argv=None):
     p.add_argument("--budget-s", type=float, default=None)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--quick", action="store_true", help="small shapes (a test of the driver)")
+    p.add_argument("--cpu", action="store_true", help="the CPU row (the default without a GPU)")
     a = p.parse_args(argv)
     if a.frozen_trunk and a.frozen_head:
         p.error("--frozen-trunk and --frozen-head leave nothing to differentiate")
@@ -169,7 +176,50 @@ def make_providers(torch, names: List[str]):
         elif n == "torch_compile":
             out[n] = (torch.compile(lambda x, w, y: F.cross_entropy((x @ w.t()).float(), y)),
                       None)
+        elif n in ("torch_lce", "torch_lce_chunked"):
+            lce = getattr(F, "linear_cross_entropy", None)
+            if lce is None:
+                out[n] = (None, f"torch {torch.__version__} has no linear_cross_entropy (2.13+)")
+                continue
+            opts = None
+            if n == "torch_lce_chunked":
+                from torch.nn.modules.linear_cross_entropy_options import (
+                    LinearCrossEntropyOptions)
+                opts = LinearCrossEntropyOptions()
+            out[n] = ((lambda x, w, y, o=opts: lce(x, w, y, options=o)), None)
     return out
+
+
+def cpu_rows(torch, args) -> int:
+    """xent's CPU backend beside torch's own fused linear loss, fp32, wall time."""
+    bt, h, v = (int(s) for s in args.shape.split(",")) if args.shape else (2048, 1024, 32000)
+    if args.quick:
+        bt, h, v = 256, 64, 4000
+    names = ["xent", "torch_lce", "torch_lce_chunked", "torch_fp32ce"]
+    provs = make_providers(torch, names)
+    g = torch.Generator().manual_seed(args.seed)
+    x = torch.randn(bt, h, generator=g).requires_grad_()
+    w = (torch.randn(v, h, generator=g) * (2.0 / math.sqrt(h))).requires_grad_()
+    y = torch.randint(0, v, (bt,), generator=g)
+    y[::13] = -100
+    print(f"linear.py  CPU ({torch.get_num_threads()} threads)  torch {torch.__version__}  "
+          f"fp32 BT={bt} H={h} V={v}; median (p20 / p80) of {args.iters} steps after "
+          f"{args.warmup}, wall ms")
+    for n in names:
+        fn, why = provs[n]
+        if why:
+            print(f"  {n:<18}skipped: {why}")
+            continue
+        times = []
+        for i in range(args.warmup + args.iters):
+            x.grad = w.grad = None
+            t0 = time.perf_counter()
+            fn(x, w, y).backward()
+            if i >= args.warmup:
+                times.append((time.perf_counter() - t0) * 1e3)
+        q = quantiles(times)
+        print(f"  {n:<18}{q[0]:>10.1f}  ({q[1]:>8.1f} / {q[2]:>8.1f})")
+    return 0
 
 
 class Bench:
@@ -294,10 +344,8 @@ def weight_error(torch, xt, bt, h, v, seed, chunk_budgets=(None,)):
 def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
-    if not torch.cuda.is_available():
-        print("linear.py: no GPU; the fused linear benchmark runs on CUDA only "
-              "(the CPU backend is tested, not benchmarked)")
-        return 0
+    if args.cpu or not torch.cuda.is_available():
+        return cpu_rows(torch, args)
     dev_name = torch.cuda.get_device_name()
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     xent_version = "unknown"

@@ -68,7 +68,10 @@ def test_compare_kernel_linear_without_a_gpu(capsys):
     if torch.cuda.is_available():
         return  # the GPU run is the benchmark itself
     assert compare.main(["--kernel", "linear", "--quick"]) == 0
-    assert "runs on CUDA only" in capsys.readouterr().out
+    out = capsys.readouterr().out  # the CPU row: xent's CPU backend beside torch's own
+    assert "linear.py  CPU" in out
+    rows = [ln.split()[0] for ln in out.splitlines() if ln.startswith("  ")]
+    assert rows[0] == "xent" and "torch_lce_chunked" in rows
 
 
 def test_linear_frozen_trunk_leaves_out_the_full_step_peers():

@@ -503,3 +503,57 @@ def test_autocast_fp32_parameters(rng):
     ref = _reference(x.bfloat16(), w.detach().bfloat16(), b.detach().bfloat16(), t, "cuda")
     assert abs(float(loss) - ref["loss"]) < 1e-2
     assert np.linalg.norm(f64(w.grad) - ref["dw"]) / np.linalg.norm(ref["dw"]) < 2e-2
+
+
+# ---------------------------------------------------------------------------
+# torch's own fused linear loss (torch.nn.functional.linear_cross_entropy,
+# torch >= 2.13): the same function, so the same results within rounding
+# ---------------------------------------------------------------------------
+
+_TORCH_LCE = getattr(F, "linear_cross_entropy", None)
+
+
+@pytest.mark.skipif(_TORCH_LCE is None, reason="torch has no linear_cross_entropy (>= 2.13)")
+@pytest.mark.filterwarnings("ignore:linear_cross_entropy:UserWarning")  # its chunked path
+# takes no label smoothing and falls back to its reference path, saying so
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("feature", ["plain", "bias+weights+smoothing", "ignore_real_class"])
+@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize("device", DEVICES)
+def test_against_torch_linear_cross_entropy(rng, device, reduction, feature, chunked):
+    """xent's fused linear loss against torch's, its reference path and its
+    chunked one (LinearCrossEntropyOptions), fp32: the loss and the
+    gradients of x, W and b, for a random upstream gradient."""
+    _blas_or_skip(device)
+    from torch.nn.modules.linear_cross_entropy_options import LinearCrossEntropyOptions
+    n, h, v = 67, 40, 1003
+    x = torch.from_numpy(rng.standard_normal((n, h)).astype(np.float32)).to(device)
+    w = torch.from_numpy((rng.standard_normal((v, h)) * 0.3).astype(np.float32)).to(device)
+    b = torch.from_numpy(rng.standard_normal(v).astype(np.float32)).to(device)
+    ii = 7 if feature == "ignore_real_class" else -100
+    y = torch.from_numpy(rng.integers(0, v, n)).to(device)
+    y[::9] = ii
+    kw = dict(reduction=reduction, ignore_index=ii)
+    with_b = feature.startswith("bias")
+    cw = torch.from_numpy(rng.uniform(0.5, 2.0, v).astype(np.float32)).to(device) if with_b \
+        else None
+    if with_b:
+        kw["label_smoothing"] = 0.1
+    ct = torch.from_numpy(rng.uniform(0.5, 2.0, n if reduction == "none" else ()).astype(
+        np.float32)).to(device)
+
+    def run(fn):
+        xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+        loss = fn(xs, ws, bs if with_b else None)
+        (loss * ct).sum().backward()
+        return loss.detach(), xs.grad, ws.grad, bs.grad if with_b else None
+
+    opts = LinearCrossEntropyOptions() if chunked else None
+    theirs = run(lambda xs, ws, bs: _TORCH_LCE(xs, ws, y, linear_bias=bs, weight=cw,
+                                               options=opts, **kw))
+    ours = run(lambda xs, ws, bs: xt.fused_linear_cross_entropy(xs, ws, y, bs, ce_weight=cw,
+                                                                **kw))
+    for what, a, t in zip(("loss", "dX", "dW", "db"), ours, theirs):
+        if t is None:
+            continue
+        assert_close(f64(a), f64(t), Tol(rtol=3e-5, atol_rel=3e-5), what)
