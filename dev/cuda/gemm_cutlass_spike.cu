@@ -39,23 +39,7 @@
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
-
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e_ = (x);                                                       \
-    if (e_ != cudaSuccess) {                                                    \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      exit(1);                                                                  \
-    }                                                                           \
-  } while (0)
-#define LK(x)                                                                   \
-  do {                                                                          \
-    cublasStatus_t s_ = (x);                                                    \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                          \
-      fprintf(stderr, "%s:%d cublasLt status %d\n", __FILE__, __LINE__, (int)s_); \
-      exit(1);                                                                  \
-    }                                                                           \
-  } while (0)
+#include "lt_common.cuh" /* CK, LK */
 
 using namespace cute;
 using bf16 = cutlass::bfloat16_t;

@@ -166,24 +166,44 @@ ffi::Error aliased(ffi::RemainingRets &rets, const ffi::AnyBuffer &x, void **gra
   return ffi::Error::Success();
 }
 
-ffi::Error Ce(const Where &w, ffi::AnyBuffer x, ffi::AnyBuffer targets, ffi::AnyBuffer weights,
-              ffi::RemainingRets rets, ffi::Dictionary attrs) {
-  const bool grad = attr<int64_t>(attrs, "grad", 0) != 0;
+/* A forward over (a shard of) logits: the gradient over the logits' buffer
+ * when the call asks for one, the outputs, the exec with its workspace. */
+struct Forward {
+  bool grad;
+  xent_input in;
+  xent_options opt;
+  xent_output out;
+  xent_exec ex;
+};
+
+ffi::Error forward_of(const Where &w, const ffi::AnyBuffer &x, const ffi::AnyBuffer &targets,
+                      const ffi::AnyBuffer &weights, ffi::RemainingRets &rets,
+                      const ffi::Dictionary &attrs, Forward *f) {
+  f->grad = attr<int64_t>(attrs, "grad", 0) != 0;
   void *logits = x.untyped_data();
-  if (grad) {
+  if (f->grad) {
     ffi::Error e = aliased(rets, x, &logits);
     if (e.failure()) return e;
   }
-  xent_input in;
-  ffi::Error e = input_of(x, logits, targets, weights, &in);
+  ffi::Error e = input_of(x, logits, targets, weights, &f->in);
   if (e.failure()) return e;
-  const xent_options opt = options(attrs);
-  auto out = outputs(rets, grad ? 1 : 0);
+  f->opt = options(attrs);
+  auto out = outputs(rets, f->grad ? 1 : 0);
   if (!out) return invalid("the loss's outputs are missing");
-  auto ex = exec_for(w, xent_workspace_size(in.rows));
+  f->out = *out;
+  auto ex = exec_for(w, xent_workspace_size(f->in.rows));
   if (!ex) return ffi::Error(ffi::ErrorCode::kResourceExhausted, "xent: no scratch memory");
-  const xent_status st = grad ? xent_forward_grad(&in, &opt, &*out, &*ex)
-                              : xent_forward(&in, &opt, &*out, &*ex);
+  f->ex = *ex;
+  return ffi::Error::Success();
+}
+
+ffi::Error Ce(const Where &w, ffi::AnyBuffer x, ffi::AnyBuffer targets, ffi::AnyBuffer weights,
+              ffi::RemainingRets rets, ffi::Dictionary attrs) {
+  Forward f;
+  ffi::Error e = forward_of(w, x, targets, weights, rets, attrs, &f);
+  if (e.failure()) return e;
+  const xent_status st = f.grad ? xent_forward_grad(&f.in, &f.opt, &f.out, &f.ex)
+                                : xent_forward(&f.in, &f.opt, &f.out, &f.ex);
   return st ? failed(st) : ffi::Error::Success();
 }
 
@@ -282,24 +302,13 @@ ffi::Error VpStats(const Where &w, ffi::AnyBuffer x, ffi::AnyBuffer targets,
 ffi::Error VpForward(const Where &w, ffi::AnyBuffer x, ffi::AnyBuffer targets,
                      ffi::AnyBuffer weights, ffi::AnyBuffer gathered, ffi::RemainingRets rets,
                      ffi::Dictionary attrs) {
-  const bool grad = attr<int64_t>(attrs, "grad", 0) != 0;
-  void *logits = x.untyped_data();
-  if (grad) {
-    ffi::Error e = aliased(rets, x, &logits);
-    if (e.failure()) return e;
-  }
-  xent_input in;
-  ffi::Error e = input_of(x, logits, targets, weights, &in);
+  Forward f;
+  ffi::Error e = forward_of(w, x, targets, weights, rets, attrs, &f);
   if (e.failure()) return e;
-  const xent_options opt = options(attrs);
-  auto out = outputs(rets, grad ? 1 : 0);
-  if (!out) return invalid("the loss's outputs are missing");
-  auto ex = exec_for(w, xent_workspace_size(in.rows));
-  if (!ex) return ffi::Error(ffi::ErrorCode::kResourceExhausted, "xent: no scratch memory");
   const xent_status st = xent_vp_forward(
-      &in, attr<int64_t>(attrs, "vocab", 0), attr<int64_t>(attrs, "offset", 0), &opt,
-      (const float *)gathered.untyped_data(), (int)attr<int64_t>(attrs, "ranks", 1), &*out,
-      grad ? 1 : 0, &*ex);
+      &f.in, attr<int64_t>(attrs, "vocab", 0), attr<int64_t>(attrs, "offset", 0), &f.opt,
+      (const float *)gathered.untyped_data(), (int)attr<int64_t>(attrs, "ranks", 1), &f.out,
+      f.grad ? 1 : 0, &f.ex);
   return st ? failed(st) : ffi::Error::Success();
 }
 

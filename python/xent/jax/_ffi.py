@@ -123,16 +123,20 @@ def predicted(pairs: jax.Array) -> jax.Array:
     return pairs[..., 0]
 
 
-def call_ce(x, t, w, opt: Options, wants: Wants, grad: bool):
-    """xent_forward (grad False) or xent_forward_grad (True: the gradient
-    first, over the logits' buffer)."""
+def _forward(target: str, x, opt: Options, wants: Wants, grad: bool):
+    """The call of a forward over (a shard of) logits x: its outputs, with the
+    gradient first, over the logits' buffer, when `grad`."""
     register()
     outs = output_specs(x.shape[:-1], opt, wants)
     if grad:
         outs = [_spec(x.shape, x.dtype)] + outs
-    f = jax.ffi.ffi_call("xent_ce", outs, vmap_method="sequential",
-                         input_output_aliases={0: 0} if grad else None)
-    return f(x, t, w, grad=np.int64(grad), **opt.attrs())
+    return jax.ffi.ffi_call(target, outs, vmap_method="sequential",
+                            input_output_aliases={0: 0} if grad else None)
+
+
+def call_ce(x, t, w, opt: Options, wants: Wants, grad: bool):
+    """xent_forward (grad False) or xent_forward_grad (True)."""
+    return _forward("xent_ce", x, opt, wants, grad)(x, t, w, grad=np.int64(grad), **opt.attrs())
 
 
 def call_linear(h, w, b, t, cw, go, opt: Options, wants: Wants, lin: dict, grads: tuple):
@@ -156,11 +160,6 @@ def call_vp_stats(x, t, w, opt: Options, vocab: int, offset: int, record: int, a
 
 def call_vp_forward(x, t, w, gathered, opt: Options, wants: Wants, vocab: int, offset: int,
                     ranks: int, grad: bool):
-    register()
-    outs = output_specs(x.shape[:-1], opt, wants)
-    if grad:
-        outs = [_spec(x.shape, x.dtype)] + outs
-    f = jax.ffi.ffi_call("xent_vp_forward", outs, vmap_method="sequential",
-                         input_output_aliases={0: 0} if grad else None)
-    return f(x, t, w, gathered, grad=np.int64(grad), vocab=np.int64(vocab),
-             offset=np.int64(offset), ranks=np.int64(ranks), **opt.attrs())
+    return _forward("xent_vp_forward", x, opt, wants, grad)(
+        x, t, w, gathered, grad=np.int64(grad), vocab=np.int64(vocab), offset=np.int64(offset),
+        ranks=np.int64(ranks), **opt.attrs())
