@@ -248,9 +248,8 @@ def make_providers(args, torch, on_gpu: bool) -> List[Provider]:
     # xent through its PyTorch binding (python/ in this checkout unless installed).
     xent_mod, xent_reason = None, None
     try:
-        pkg_dir = os.path.join(REPO, "python")
-        if os.path.isdir(os.path.join(pkg_dir, "xent")) and pkg_dir not in sys.path:
-            sys.path.insert(0, pkg_dir)
+        import source_tree
+        source_tree.use_xent()
         import xent  # noqa: F401
         import xent.torch as xent_torch
         xent_mod = xent_torch

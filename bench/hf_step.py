@@ -20,7 +20,11 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+sys.path.insert(0, HERE)
+
+import source_tree  # noqa: E402
+
+source_tree.use_xent()
 
 
 def main(argv=None):

@@ -34,6 +34,11 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import source_tree  # noqa: E402
+
+source_tree.use_xent()
 KERNELS = {"logits": ["xent", "optax", "optax_fp32", "jax_nn"],
            "linear": ["xent", "jit_matmul", "lax_map_chunks"]}
 

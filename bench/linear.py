@@ -136,9 +136,8 @@ def make_providers(torch, names: List[str]):
     out: Dict[str, Tuple[Optional[Callable], Optional[str]]] = {}
     xt = None
     try:
-        pkg = os.path.join(REPO, "python")
-        if pkg not in sys.path:
-            sys.path.insert(0, pkg)
+        import source_tree
+        source_tree.use_xent()
         import xent.torch as xt  # noqa: F811
     except Exception as e:
         xt_reason = f"import xent.torch failed: {e}"
@@ -350,7 +349,8 @@ def main(argv=None) -> int:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     xent_version = "unknown"
     try:
-        sys.path.insert(0, os.path.join(REPO, "python"))
+        import source_tree
+        source_tree.use_xent()
         import xent
         xent_version = xent.library_version()
     except Exception:

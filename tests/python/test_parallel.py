@@ -210,6 +210,10 @@ def _worker(rank, world, path, v, results, device="cpu"):
         out["exception"] = traceback.format_exc()
     with open(f"{results}.{rank}", "wb") as f:
         pickle.dump(out, f)
+    # torn down together: a rank that destroys the group while a peer's last
+    # collective is in flight aborts that peer's gloo threads ("terminate
+    # called without an active exception", seen now and then under load)
+    dist.barrier()
     dist.destroy_process_group()
 
 
