@@ -115,15 +115,9 @@ using LogitsGemm = HopperGemm<LogitsKernel, RM, CM>; /* A K-major, B K-major */
 using DxGemm = HopperGemm<DxKernel, RM, RM>;         /* A K-major, B N-major */
 using DwGemm = HopperGemm<DwKernel, CM, RM>;         /* A M-major, B N-major */
 
-__global__ void fill_kernel(bf16 *p, size_t n, float scale, uint32_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t x = (uint32_t)i * 2654435761u ^ seed;
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    p[i] = bf16(((float)(x >> 8) * (1.0f / 8388608.0f) - 1.0f) * scale);
-  }
+/* lt_common.cuh's random fill (cutlass::bfloat16_t is __nv_bfloat16's layout) */
+static void fill_bf16(bf16 *p, size_t n, float scale, uint32_t seed) {
+  lt_fill(reinterpret_cast<__nv_bfloat16 *>(p), n, scale, seed);
 }
 
 __global__ void diff_kernel(const bf16 *a, const bf16 *b, size_t n, double *out) {
@@ -223,8 +217,8 @@ static void run_product(const char *name, cublasLtHandle_t h, bool a_rm, bool b_
   LtGemm lg = lt_setup(h, a_rm, b_cm, M, N, K, A, lda, B, ldb, D2, ldd, beta, ws, ws_bytes);
   /* the same starting D for beta 1, one product each, then the outputs compared */
   const size_t n = (size_t)M * ldd;
-  fill_kernel<<<1024, 256>>>(D1, n, 1e-2f, 7u);
-  fill_kernel<<<1024, 256>>>(D2, n, 1e-2f, 7u);
+  fill_bf16(D1, n, 1e-2f, 7u);
+  fill_bf16(D2, n, 1e-2f, 7u);
   if (!cg.run()) {
     printf("%-8s CUTLASS run failed\n", name);
     return;
@@ -263,8 +257,8 @@ int main(int argc, char **argv) {
   CK(cudaMalloc(&dW2, (size_t)V * H * 2));
   CK(cudaMalloc(&acc, 2 * sizeof(double)));
   CK(cudaMalloc(&ws, ws_bytes));
-  fill_kernel<<<1024, 256>>>(X, (size_t)BT * H, 1.0f, 1u);
-  fill_kernel<<<1024, 256>>>(W, (size_t)V * H, 0.03f, 2u);
+  fill_bf16(X, (size_t)BT * H, 1.0f, 1u);
+  fill_bf16(W, (size_t)V * H, 0.03f, 2u);
   cublasLtHandle_t h;
   LK(cublasLtCreate(&h));
   cudaDeviceProp prop;
@@ -273,7 +267,7 @@ int main(int argc, char **argv) {
          BT, H, V, chunk);
   for (int rows : {chunk, BT}) {
     /* G: the logits' buffer, filled as a gradient would be (small values) */
-    fill_kernel<<<1024, 256>>>(Z, (size_t)rows * Vs, 1e-4f, 3u);
+    fill_bf16(Z, (size_t)rows * Vs, 1e-4f, 3u);
     run_product<LogitsGemm>("logits", h, true, true, rows, V, H, X, H, W, H, Z2, Z3, Vs, 0.0f, ws,
                         ws_bytes, acc);
     run_product<DxGemm>("dX", h, true, false, rows, H, V, Z, Vs, W, H, dX, dX2, H, 0.0f, ws,

@@ -353,6 +353,8 @@ ffi::Error VpForwardCuda(void *stream, ffi::ScratchAllocator scratch, ffi::AnyBu
 }  // namespace
 
 #define XENT_JAX_ARGS_CE Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>()
+/* hidden, weight, bias, targets, class weights, upstream gradient */
+#define XENT_JAX_ARGS_LINEAR XENT_JAX_ARGS_CE.XENT_JAX_ARGS_CE
 #define XENT_JAX_CUDA_CTX Ctx<ffi::PlatformStream<void *>>().Ctx<ffi::ScratchAllocator>()
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(xent_jax_ce_cpu, CeCpu,
@@ -365,23 +367,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(xent_jax_ce_cuda, CeCuda,
                                   .Attrs<ffi::Dictionary>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(xent_jax_linear_cpu, LinearCpu,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .RemainingRets()
+                                  .XENT_JAX_ARGS_LINEAR.RemainingRets()
                                   .Attrs<ffi::Dictionary>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(xent_jax_linear_cuda, LinearCuda,
                               ffi::Ffi::Bind()
-                                  .XENT_JAX_CUDA_CTX.Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .RemainingRets()
+                                  .XENT_JAX_CUDA_CTX.XENT_JAX_ARGS_LINEAR.RemainingRets()
                                   .Attrs<ffi::Dictionary>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(xent_jax_vp_stats_cpu, VpStatsCpu,
                               ffi::Ffi::Bind()
