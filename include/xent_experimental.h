@@ -97,6 +97,61 @@ XENT_API const char *xent_experimental_last_product(void);
  * slab=6416 slabs=20", or "none". */
 XENT_API const char *xent_experimental_last_linear(void);
 
+/* One matrix product through xent's own Hopper GEMM or through cuBLASLt, for
+ * the tests and the GEMM benchmark (bench/gemm.py): the products the fused
+ * linear loss runs, alone. In row-major terms
+ *
+ *   D (m x n, row stride ldd) (+)= A B^T (+ bias)
+ *
+ * with A m x k and B n x k, each given K-major (A[i lda + kk]) or, with
+ * a_m_major / b_n_major, MN-major (A[kk lda + i]); fp32 accumulation rounded
+ * once into D. The fused linear loss's products in these terms, for a chunk
+ * X_c of c rows, W (V x H) and G (c x V):
+ *   logits  Z = X_c W^T       A = X_c, B = W, both K-major
+ *   dX      dX = G W          A = G (K-major), B = W (N-major)
+ *   dW      dW (+)= G^T X_c   A = G (M-major), B = X_c (N-major)
+ * xent's GEMM (engine XENT_EXPERIMENTAL_GEMM_XENT) runs on compute
+ * capability 9.0 with this build's sm_90a code, for bf16 or fp16 operands, D
+ * in their type (or fp32 with an M-major A), K-major A with either B or
+ * M-major A with N-major B, 16-byte aligned operands and rows; otherwise the
+ * call fails with XENT_ERROR_UNSUPPORTED saying why. Queued on `stream` of
+ * `device`; nothing waits. */
+typedef enum xent_experimental_gemm_engine {
+  XENT_EXPERIMENTAL_GEMM_XENT = 0,     /* xent's own (src/cuda/gemm/)        */
+  XENT_EXPERIMENTAL_GEMM_CUBLASLT = 1  /* cuBLASLt's heuristic, as lt.cu     */
+} xent_experimental_gemm_engine;
+
+typedef struct xent_experimental_gemm {
+  xent_experimental_gemm_engine engine;
+  int64_t m, n, k;
+  const void *a;
+  int64_t lda;
+  int a_m_major;
+  const void *b;
+  int64_t ldb;
+  int b_n_major;
+  xent_dtype dtype;       /* A's and B's: XENT_BFLOAT16 or XENT_FLOAT16            */
+  void *d;
+  int64_t ldd;
+  xent_dtype d_dtype;     /* dtype or XENT_FLOAT32                                  */
+  const void *bias;       /* n values of d_dtype added to every row, or NULL        */
+  int accumulate;         /* 1: D is read and added to                              */
+  int tile_n;             /* xent: the tile's columns, 128 or 256; 0: the rule      */
+  int tma_epilogue;       /* xent, 16-bit D: written through TMA boxes, and when
+                             accumulating added in L2 in D's type (rounded twice)  */
+  int device;
+  void *stream;           /* a cudaStream_t; NULL: the default stream              */
+  void *workspace;        /* cuBLASLt's workspace on the device, or NULL            */
+  size_t workspace_bytes;
+} xent_experimental_gemm;
+
+/* Queues the product. XENT_ERROR_NULL_POINTER (A, B or D), _BAD_SHAPE (an
+ * extent below 1), _BAD_STRIDE (a leading dimension below its row's
+ * extent), _BAD_ENUM (engine or a type) or _BAD_ARGUMENT (a flag not 0 or
+ * 1, tile_n) with nothing queued; XENT_ERROR_UNSUPPORTED where the engine
+ * cannot take the product (xent's: the reason), or without a CUDA backend. */
+XENT_API xent_status xent_experimental_gemm_run(const xent_experimental_gemm *g);
+
 #ifdef __cplusplus
 }
 #endif

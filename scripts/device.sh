@@ -16,7 +16,8 @@
 #                the same tests
 #   before       xent-bench of an earlier commit (build-before/), for bench's side-by-side
 #                table: its sources carried as .before/src.tar (git archive COMMIT)
-#   test         every C test through CTest: API, CPU, linear (CPU and CUDA), CUDA
+#   gemmtest     test_gemm alone under a 120 s limit (xent's Hopper GEMM), before `test`
+#   test         every C test through CTest: API, CPU, linear (CPU and CUDA), CUDA, GEMM
 #   quick        the quick CUDA subset, test_linear and test_vp (a short run)
 #   linear-test  test_linear only
 #   retest       the tests named in XENT_RETEST ("program:cmocka-pattern ..."), quick mode
@@ -33,6 +34,8 @@
 #   vp           bench/vp.py: the vocabulary-parallel shard calls against the single-GPU loss
 #   jax          bench/jax_step.py: xent.jax against optax, jax.nn and XLA's matmul + loss
 #   dwk          dev/cuda/lt_dwk.cu: dW's product by k, cuBLASLt's heuristic against the forced tile
+#   gemm         bench/gemm.py: the three products through xent's own Hopper GEMM (src/cuda/gemm/)
+#                against cuBLASLt and torch.mm, at the default chunk and the whole batch
 #   cutlass      dev/cuda/gemm_cutlass_spike.cu: the three products through CUTLASS's Hopper
 #                GEMMs against cuBLASLt (the nvidia-cutlass wheel carried in .whl)
 #   hf           bench/hf_step.py: a 1B-shaped Hugging Face model's training step with
@@ -160,8 +163,18 @@ ctest_stage() { # name ctest-args...
   grep -E '\*\*\*(Failed|Timeout|Exception)|Not Run|FAILED' "$OUT/$name.log" | head -20
 }
 
+if has gemmtest && in_time gemmtest; then
+  # xent's GEMM alone first, under a short limit: a kernel that hangs would
+  # otherwise hold the test stage to its timeout
+  stamp "gemmtest"
+  timeout 120 build/tests/test_gemm >"$OUT/gemmtest.log" 2>&1
+  rc=$?
+  note gemmtest "rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/gemmtest.log" | tr '\n' ' ')"
+  grep -E 'checked|FAILED|error|bound' "$OUT/gemmtest.log" | head -12
+  [ $rc = 124 ] && XENT_CTEST_EXCLUDE="-E test_gemm"
+fi
 if has test && in_time test; then
-  ctest_stage test -j "${XENT_TEST_JOBS:-8}"
+  ctest_stage test -j "${XENT_TEST_JOBS:-8}" ${XENT_CTEST_EXCLUDE:-}
 fi
 if has quick && in_time quick; then
   stamp "quick"
@@ -225,6 +238,15 @@ plan_stage() { # name dir [VAR=value ...]
 }
 if has proxy && in_time proxy && [ -f build-sm80/libxent.so ]; then
   plan_stage proxy build-sm80 XENT_PROXY=sm80
+  # the A100's plan and JIT-compiled code timed beside Hopper's, one after the other
+  if [ -x build-sm80/bench/xent-bench ] && in_time proxy-bench; then
+    stamp "proxy-bench"
+    for b in build build-sm80; do
+      timeout 100 $b/bench/xent-bench --mode forward --csv "$OUT/xent-bench-$b.csv" \
+        >"$OUT/proxy-bench-$b.log" 2>&1
+    done
+    note proxy-bench "rc=$? (xent-bench of build and build-sm80: proxy-bench-*.log)"
+  fi
 fi
 if has plan100 && in_time plan100; then
   plan_stage plan100 build XENT_PLAN_ARCH=100
@@ -356,6 +378,14 @@ print(os.path.join(os.path.dirname(c.__file__), "source", "include"))' 2>/dev/nu
     cp "$LOGS/cutlass.log" "$OUT/cutlass-build.log" 2>/dev/null
     note cutlass "no build (CUTLASS's headers: carry the nvidia-cutlass wheel in .whl)"
   fi
+fi
+if has gemm && in_time gemm; then
+  # Issue 56: the three products alone, xent's Hopper GEMM against cuBLASLt and torch.mm
+  stamp "gemm"
+  PYTHONUNBUFFERED=1 timeout 300 python3 bench/gemm.py --csv "$OUT/gemm.csv" ${XENT_GEMM_ARGS:-} \
+    >"$OUT/gemm.log" 2>&1
+  note gemm "rc=$?"
+  tail -12 "$OUT/gemm.log"
 fi
 if has power && in_time power; then
   stamp "power"

@@ -109,3 +109,35 @@ const char *xent_experimental_last_launch(void) { return xent_cuda_last_launch()
 const char *xent_experimental_last_backward(void) { return xent_cuda_last_backward(); }
 
 const char *xent_experimental_last_product(void) { return xent_cuda_last_product(); }
+
+static int is_16bit(xent_dtype t) { return t == XENT_BFLOAT16 || t == XENT_FLOAT16; }
+
+xent_status xent_experimental_gemm_run(const xent_experimental_gemm *g) {
+  if (!g) return xent_fail(XENT_ERROR_NULL_POINTER, "the product's description is NULL");
+  if (!g->a || !g->b || !g->d)
+    return xent_fail(XENT_ERROR_NULL_POINTER, "A, B and D must not be NULL");
+  if (!in_range((int)g->engine, XENT_EXPERIMENTAL_GEMM_XENT, XENT_EXPERIMENTAL_GEMM_CUBLASLT))
+    return xent_fail(XENT_ERROR_BAD_ENUM, "engine %d is not a xent_experimental_gemm_engine",
+                     (int)g->engine);
+  if (g->m < 1 || g->n < 1 || g->k < 1)
+    return xent_fail(XENT_ERROR_BAD_SHAPE, "m, n and k are %lld, %lld and %lld; each must be >= 1",
+                     (long long)g->m, (long long)g->n, (long long)g->k);
+  const int64_t arow = g->a_m_major ? g->m : g->k, brow = g->b_n_major ? g->n : g->k;
+  if (g->lda < arow || g->ldb < brow || g->ldd < g->n)
+    return xent_fail(XENT_ERROR_BAD_STRIDE,
+                     "lda %lld, ldb %lld, ldd %lld: each must be at least its row's extent "
+                     "(%lld, %lld, %lld)",
+                     (long long)g->lda, (long long)g->ldb, (long long)g->ldd, (long long)arow,
+                     (long long)brow, (long long)g->n);
+  if (!is_16bit(g->dtype))
+    return xent_fail(XENT_ERROR_BAD_ENUM, "dtype %d: A and B are bf16 or fp16", (int)g->dtype);
+  if (g->d_dtype != g->dtype && g->d_dtype != XENT_FLOAT32)
+    return xent_fail(XENT_ERROR_BAD_ENUM, "d_dtype %d: D is A's type or fp32", (int)g->d_dtype);
+  if (!in_range(g->a_m_major, 0, 1) || !in_range(g->b_n_major, 0, 1) ||
+      !in_range(g->accumulate, 0, 1) || !in_range(g->tma_epilogue, 0, 1))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT,
+                     "a_m_major, b_n_major, accumulate and tma_epilogue are 0 or 1");
+  if (g->tile_n != 0 && g->tile_n != 128 && g->tile_n != 256)
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "tile_n is %d; it must be 0, 128 or 256", g->tile_n);
+  return xent_cuda_gemm(g);
+}

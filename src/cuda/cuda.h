@@ -33,6 +33,8 @@ const char *xent_cuda_last_launch(void);
 const char *xent_cuda_last_backward(void);
 /* ... and behind xent_experimental_last_product. */
 const char *xent_cuda_last_product(void);
+/* One product of xent_experimental_gemm_run, its arguments checked. */
+xent_status xent_cuda_gemm(const xent_experimental_gemm *g);
 
 #ifdef __cplusplus
 }

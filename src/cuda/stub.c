@@ -74,3 +74,8 @@ int xent_cuda_verdict_ready(const xent_verdict *verdict) {
   (void)verdict;
   return 1;
 }
+
+xent_status xent_cuda_gemm(const xent_experimental_gemm *g) {
+  (void)g;
+  return xent_fail(XENT_ERROR_UNSUPPORTED, "this build of xent has no CUDA backend");
+}

@@ -1,0 +1,179 @@
+/*
+ * gemm.cu - the host side of xent's Hopper GEMM: what it takes, the tensor
+ * maps its TMA loads read through, the tile rule, and the launch of the
+ * kernel built for the product's types and layouts (sm90.cuh).
+ */
+#include "cuda/gemm/gemm.cuh"
+
+#include <stdint.h>
+
+#include "common/dtype.h"
+#include "cuda/cuda.h"
+#include "cuda/gemm/sm90.cuh"
+#include "cuda/lt.cuh"
+
+namespace xent {
+namespace {
+
+typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                              const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                              const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                              CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* The driver's tensor-map encoder, fetched once (no link to libcuda). */
+encode_fn encoder() {
+  static const encode_fn fn = [] {
+    void *f = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return (encode_fn) nullptr;
+    }
+    return (encode_fn)f;
+  }();
+  return fn;
+}
+
+/* A matrix of `outer` rows of `inner` values, `stride` values apart, read or
+ * written in boxes of box_outer rows by 128 bytes, swizzled 128 bytes. */
+bool encode(CUtensorMap *m, const void *p, xent_dtype t, uint64_t inner, uint64_t outer,
+            uint64_t stride, uint32_t box_outer) {
+  const uint32_t es = xent_dtype_size(t);
+  const cuuint64_t dims[2] = {inner, outer}, strides[1] = {stride * es};
+  const cuuint32_t box[2] = {128 / es, box_outer}, ones[2] = {1, 1};
+  const CUtensorMapDataType dt = t == XENT_FLOAT32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                 : t == XENT_FLOAT16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                     : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  return encoder()(m, dt, 2, (void *)p, dims, strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <typename T, typename TD, int BN, bool AMN, bool BMN, bool EPI>
+xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stream, int group_m) {
+  using namespace gemm;
+  constexpr int smem = sm90_smem<BN, EPI>();
+  auto kern = sm90_gemm_kernel<T, TD, BN, AMN, BMN, EPI>;
+  /* once per device and kernel: more shared memory than the default 48 KiB */
+  static unsigned set_on = 0; /* a bit per device (xent serves devices 0-31 here) */
+  int dev = 0;
+  CK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 32)
+    return xent_fail(XENT_ERROR_UNSUPPORTED, "xent's GEMM serves devices 0-31, not %d", dev);
+  if (!(__atomic_load_n(&set_on, __ATOMIC_ACQUIRE) >> dev & 1)) {
+    CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    __atomic_fetch_or(&set_on, 1u << dev, __ATOMIC_RELEASE);
+  }
+  CUtensorMap ma, mb, md = {};
+  const bool ok =
+      (AMN ? encode(&ma, p.a, p.ab_type, p.m, p.k, p.lda, kBK)
+           : encode(&ma, p.a, p.ab_type, p.k, p.m, p.lda, kBM)) &&
+      (BMN ? encode(&mb, p.b, p.ab_type, p.n, p.k, p.ldb, kBK)
+           : encode(&mb, p.b, p.ab_type, p.k, p.n, p.ldb, BN)) &&
+      (!EPI || encode(&md, p.d, p.d_type, p.n, p.m, p.ldd, 64));
+  if (!ok)
+    return xent_fail(XENT_ERROR_UNSUPPORTED,
+                     "the driver refused a tensor map of a %lld x %lld x %lld product",
+                     (long long)p.m, (long long)p.n, (long long)p.k);
+  const int64_t tiles = ((p.m + kBM - 1) / kBM) * ((p.n + BN - 1) / BN);
+  const sm90_args g = {(int)p.m, (int)p.n, (int)p.k, group_m, p.d, p.ldd, p.bias, p.accumulate};
+  kern<<<(unsigned)(tiles < dp.sms ? tiles : dp.sms), kThreads, smem, stream>>>(ma, mb, md, g);
+  CK(cudaGetLastError());
+  return XENT_OK;
+}
+
+template <typename T, typename TD, bool AMN, bool BMN>
+xent_status by_tile(const gemm_product &p, const dev_props &dp, cudaStream_t s, int bn, int gm) {
+  if constexpr (sizeof(TD) == 2) {
+    if (p.tma_epilogue)
+      return bn == 256 ? launch<T, TD, 256, AMN, BMN, true>(p, dp, s, gm)
+                       : launch<T, TD, 128, AMN, BMN, true>(p, dp, s, gm);
+  }
+  return bn == 256 ? launch<T, TD, 256, AMN, BMN, false>(p, dp, s, gm)
+                   : launch<T, TD, 128, AMN, BMN, false>(p, dp, s, gm);
+}
+
+template <typename T>
+xent_status by_layout(const gemm_product &p, const dev_props &dp, cudaStream_t s, int bn, int gm) {
+  if (p.a_mn) /* the weight gradient's layout, the only one with an fp32 D */
+    return p.d_type == XENT_FLOAT32 ? by_tile<T, float, true, true>(p, dp, s, bn, gm)
+                                    : by_tile<T, T, true, true>(p, dp, s, bn, gm);
+  return p.b_mn ? by_tile<T, T, false, true>(p, dp, s, bn, gm)
+                : by_tile<T, T, false, false>(p, dp, s, bn, gm);
+}
+
+bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+}  // namespace
+
+const char *gemm_sm90_refusal(const gemm_product &p, const dev_props &dp) {
+#if !defined(XENT_GEMM_SM90A)
+  (void)p;
+  (void)dp;
+  return "this build of xent has no sm_90a code (XENT_CUDA_ARCHITECTURES without 90a)";
+#else
+  if (dp.device_arch != 90) return "xent's GEMM runs on compute capability 9.0 (H100, H200)";
+  if (p.ab_type != XENT_BFLOAT16 && p.ab_type != XENT_FLOAT16)
+    return "xent's GEMM multiplies bf16 or fp16 operands";
+  if (p.a_mn && !p.b_mn) return "xent's GEMM is not built for an M-major A with a K-major B";
+  if (p.d_type != p.ab_type && !(p.d_type == XENT_FLOAT32 && p.a_mn))
+    return "xent's GEMM writes D in the operands' type (fp32 only for an M-major A)";
+  if (p.tma_epilogue && p.d_type == XENT_FLOAT32) return "the TMA epilogue writes 16-bit D";
+  if (p.bn != 0 && p.bn != 128 && p.bn != 256) return "the tile's columns are 128 or 256";
+  if (p.m < 1 || p.n < 1 || p.k < 1 || p.m > INT32_MAX || p.n > INT32_MAX || p.k > INT32_MAX)
+    return "xent's GEMM takes extents from 1 to 2^31 - 1";
+  const int64_t ds = xent_dtype_size(p.d_type);
+  if (!aligned16(p.a) || !aligned16(p.b) || !aligned16(p.d) || p.lda % 8 || p.ldb % 8 ||
+      p.ldd * ds % 16)
+    return "xent's GEMM needs 16-byte aligned operands and rows (TMA)";
+  if (!encoder()) return "the driver has no cuTensorMapEncodeTiled";
+  return nullptr;
+#endif
+}
+
+xent_status gemm_sm90(const gemm_product &p, const dev_props &dp, cudaStream_t stream) {
+  const char *why = gemm_sm90_refusal(p, dp);
+  if (why) return xent_fail(XENT_ERROR_UNSUPPORTED, "%s", why);
+  /* BN 256 (the larger tile reads less per product) unless it leaves SMs idle */
+  int bn = p.bn;
+  if (bn == 0) {
+    const int64_t tiles256 = ((p.m + 127) / 128) * ((p.n + 255) / 256);
+    bn = tiles256 < dp.sms ? 128 : 256;
+  }
+  /* an M-major A (the weight gradient: few K) is walked a row tile at a time,
+   * all of B held in L2; otherwise 16 row tiles share each column tile */
+  const int gm = p.group_m > 0 ? p.group_m : p.a_mn ? 1 : 16;
+  return p.ab_type == XENT_FLOAT16 ? by_layout<__half>(p, dp, stream, bn, gm)
+                                   : by_layout<__nv_bfloat16>(p, dp, stream, bn, gm);
+}
+
+}  // namespace xent
+
+/* xent_experimental_gemm_run's product on the engine it names. */
+extern "C" xent_status xent_cuda_gemm(const xent_experimental_gemm *x) {
+  using namespace xent;
+  device_scope scope;
+  xent_status st = enter_device(x->device, &scope);
+  if (st) return st;
+  const xent_experimental defaults = XENT_EXPERIMENTAL_INIT;
+  dev_props dp;
+  st = get_props(x->device, defaults, &dp);
+  cudaStream_t stream = (cudaStream_t)x->stream;
+  if (!st && x->engine == XENT_EXPERIMENTAL_GEMM_XENT) {
+    const gemm_product p = {x->m, x->n, x->k, x->a, x->lda, x->a_m_major != 0, x->b, x->ldb,
+                            x->b_n_major != 0, x->dtype, x->d, x->ldd, x->d_dtype, x->bias,
+                            x->accumulate != 0, x->tile_n, 0, x->tma_epilogue != 0};
+    st = gemm_sm90(p, dp, stream);
+  } else if (!st) {
+    /* row-major D is column-major D^T (n x m) = op(B) op(A): B's storage as
+     * cuBLAS's A (transposed when K-major), A's as its B */
+    const lt_gemm g = {!x->b_n_major, x->a_m_major != 0, x->n, x->m, x->k, x->b, x->ldb,
+                       x->dtype, x->a, x->lda, x->dtype, x->d, x->ldd, x->d_dtype, 1.0f,
+                       x->accumulate ? 1.0f : 0.0f, x->bias, false};
+    st = lt_matmul(g, x->workspace, x->workspace_bytes, stream);
+  }
+  leave_device(&scope);
+  return st;
+}

@@ -1,0 +1,257 @@
+/*
+ * sm90.cuh - xent's own Hopper GEMM (sm_90a): D (M x N, row-major) (+)=
+ * A B^T (+ bias), A M x K and B N x K in 16-bit values, each K-major or
+ * MN-major in memory, fp32 accumulation rounded once into D.
+ *
+ * One persistent block per SM walks the output tiles (BM x BN) in an order
+ * that keeps concurrent blocks on shared operands in L2. Warpgroup 0 is the
+ * producer: one thread streams each tile's K blocks of A and B (BK = 64
+ * values deep, 128-byte rows swizzled for the tensor cores) into a ring of
+ * STAGES shared-memory stages by TMA, and an mbarrier per stage says when
+ * its bytes are in ("full") and when its readers are done ("empty").
+ * Warpgroups 1 and 2 each multiply 64 of the tile's rows by its BN columns
+ * with wgmma from shared memory, one commit group per stage with the
+ * previous one still in flight, then write their accumulators: through
+ * registers (any D type, bias, D read when accumulating, edges checked), or
+ * (TMA_EPI, 16-bit D) through two 8 KiB swizzled boxes per warpgroup sent by
+ * TMA, a store or, accumulating, an add in L2 (D's type: two roundings).
+ * While they write, the producer is already loading the next tile.
+ */
+#ifndef XENT_CUDA_GEMM_SM90_CUH
+#define XENT_CUDA_GEMM_SM90_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/gemm/ptx.cuh"
+
+namespace xent {
+namespace gemm {
+
+constexpr int kBM = 128, kBK = 64; /* BK: 64 16-bit values, one 128-byte swizzle row */
+constexpr int kChunk = 64 * kBK * 2; /* 64 rows of a stage's operand: 8 KiB */
+constexpr int kThreads = 384;        /* the producer warpgroup and two consumers */
+
+struct sm90_args {
+  int m, n, k, group_m;
+  void *d;
+  int64_t ldd;
+  const void *bias; /* n values of D's type, added to every row, or NULL */
+  int accumulate;   /* D += A B^T: D is read (or added to by TMA) */
+};
+
+template <int BN>
+constexpr int sm90_stages() { return BN == 256 ? 4 : 6; }
+
+/* Shared memory a block needs (the ring, the epilogue's boxes, the
+ * barriers, and room to align the ring to 1 KiB). */
+template <int BN, bool TMA_EPI>
+constexpr int sm90_smem() {
+  return sm90_stages<BN>() * (kBM + BN) * kBK * 2 + (TMA_EPI ? 4 * kChunk : 0) +
+         2 * sm90_stages<BN>() * 8 + 1024;
+}
+
+template <typename T> struct wg_op;
+template <> struct wg_op<__nv_bfloat16> {
+  template <int BN, int TA, int TB>
+  static __device__ __forceinline__ void mma(float (&d)[BN / 2], uint64_t a, uint64_t b, int acc) {
+    if constexpr (BN == 256) wgmma_n256_bf16<TA, TB>(d, a, b, acc);
+    else wgmma_n128_bf16<TA, TB>(d, a, b, acc);
+  }
+};
+template <> struct wg_op<__half> {
+  template <int BN, int TA, int TB>
+  static __device__ __forceinline__ void mma(float (&d)[BN / 2], uint64_t a, uint64_t b, int acc) {
+    if constexpr (BN == 256) wgmma_n256_f16<TA, TB>(d, a, b, acc);
+    else wgmma_n128_f16<TA, TB>(d, a, b, acc);
+  }
+};
+
+__device__ __forceinline__ float2 load2(const float *p) { return *(const float2 *)p; }
+__device__ __forceinline__ float2 load2(const __nv_bfloat16 *p) {
+  return __bfloat1622float2(*(const __nv_bfloat162 *)p);
+}
+__device__ __forceinline__ float2 load2(const __half *p) { return __half22float2(*(const __half2 *)p); }
+__device__ __forceinline__ void store2(float *p, float a, float b) { *(float2 *)p = make_float2(a, b); }
+__device__ __forceinline__ void store2(__nv_bfloat16 *p, float a, float b) {
+  *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
+}
+__device__ __forceinline__ void store2(__half *p, float a, float b) {
+  *(__half2 *)p = __floats2half2_rn(a, b);
+}
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+template <typename TD> __device__ __forceinline__ TD from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
+  return __float2bfloat16(x);
+}
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half(x); }
+
+/* Tile t of the walk: groups of group_m row tiles, each group walked down its
+ * columns, so that concurrent blocks share rows of A and columns of B. */
+__device__ __forceinline__ void tile_of(int t, int tm, int tn, int gm, int *pm, int *pn) {
+  const int per = gm * tn, first = t / per * gm, size = min(tm - first, gm), r = t % per;
+  *pm = first + r % size;
+  *pn = r / size;
+}
+
+template <typename T, typename TD, int BN, bool AMN, bool BMN, bool TMA_EPI>
+__global__ void __launch_bounds__(kThreads, 1)
+    sm90_gemm_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb,
+                     const __grid_constant__ CUtensorMap md, sm90_args g) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(!TMA_EPI || sizeof(TD) == 2, "the TMA epilogue writes 16-bit D");
+  constexpr int STAGES = sm90_stages<BN>();
+  constexpr int A_BYTES = kBM * kBK * 2, ST = A_BYTES + BN * kBK * 2;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+  unsigned char *boxes = smem + STAGES * ST;
+  uint64_t *full = (uint64_t *)(boxes + (TMA_EPI ? 4 * kChunk : 0)), *empty = full + STAGES;
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; s++) {
+      bar_init(&full[s], 1);
+      bar_init(&empty[s], 8); /* lane 0 of each consumer warp */
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  const int tm = (g.m + kBM - 1) / kBM, tn = (g.n + BN - 1) / BN, tiles = tm * tn;
+  const int nk = (g.k + kBK - 1) / kBK;
+  if (wg == 0) { /* the producer */
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (tid != 0) return;
+    int it = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int pm, pn;
+      tile_of(t, tm, tn, g.group_m, &pm, &pn);
+      for (int kb = 0; kb < nk; kb++, it++) {
+        const int s = it % STAGES;
+        bar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
+        bar_expect(&full[s], ST);
+        unsigned char *sa = smem + s * ST, *sb = sa + A_BYTES;
+        if (AMN) /* boxes of BK rows of K by 64 values along M */
+          for (int j = 0; j < kBM / 64; j++)
+            tma_load(sa + j * kChunk, &ma, pm * kBM + 64 * j, kb * kBK, &full[s]);
+        else /* one box of BM rows by BK values */
+          tma_load(sa, &ma, kb * kBK, pm * kBM, &full[s]);
+        if (BMN)
+          for (int j = 0; j < BN / 64; j++)
+            tma_load(sb + j * kChunk, &mb, pn * BN + 64 * j, kb * kBK, &full[s]);
+        else
+          tma_load(sb, &mb, kb * kBK, pn * BN, &full[s]);
+      }
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int c = wg - 1, warp = tid / 32, lane = tid % 32;
+  float acc[BN / 2];
+  int it = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int pm, pn;
+    tile_of(t, tm, tn, g.group_m, &pm, &pn);
+    for (int kb = 0; kb < nk; kb++, it++) {
+      const int s = it % STAGES;
+      bar_wait(&full[s], (it / STAGES) & 1);
+      /* this consumer's 64 rows of A lie kChunk into the stage in either
+       * layout (64 K-major rows of 128 bytes, or the second 64-wide M box) */
+      const uint32_t a0 = smem_u32(smem + s * ST) + c * kChunk, b0 = smem_u32(smem + s * ST + A_BYTES);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; kk++) {
+        /* 16 more values of K: 32 bytes along a K-major row, or two 1 KiB
+         * atoms of an MN-major box */
+        const uint64_t da = AMN ? smem_desc(a0 + kk * 2048, kChunk, 1024) : smem_desc(a0 + kk * 32, 16, 1024);
+        const uint64_t db = BMN ? smem_desc(b0 + kk * 2048, kChunk, 1024) : smem_desc(b0 + kk * 32, 16, 1024);
+        wg_op<T>::template mma<BN, AMN, BMN>(acc, da, db, (kb | kk) != 0);
+      }
+      wgmma_commit();
+      wgmma_wait<1>(); /* the previous stage's products are done: free it */
+      if (kb > 0 && lane == 0) bar_arrive(&empty[(it - 1) % STAGES]);
+    }
+    wgmma_wait<0>();
+    if (lane == 0 && nk > 0) bar_arrive(&empty[(it - 1) % STAGES]);
+    if (nk == 0)
+      for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+    /* thread (warp w, lane l) holds, for each 8 columns j, rows 16 w + l / 4
+     * and + 8, columns 8 j + 2 (l % 4) and + 1 */
+    const int rr = warp * 16 + lane / 4;
+    if constexpr (TMA_EPI) {
+      /* 64 columns at a time into a 64 x 64 box swizzled as the TMA unit reads
+       * it (16-byte chunk j of row r at chunk j ^ (r % 8): no bank conflicts),
+       * sent by one thread; a box is rewritten once its last store read it */
+      unsigned char *box0 = boxes + c * 2 * kChunk;
+#pragma unroll
+      for (int q = 0; q < BN / 64; q++) {
+        unsigned char *box = box0 + (q & 1) * kChunk;
+        if (tid == 0) tma_store_wait<1>();
+        warpgroup_sync(1 + c);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+          for (int h = 0; h < 2; h++) {
+            const int r = rr + 8 * h, at = r * 128 + ((j ^ (r & 7)) << 4) + (lane % 4) * 4;
+            const int i = 4 * (8 * q + j) + 2 * h;
+            float v0 = acc[i], v1 = acc[i + 1];
+            if (g.bias) {
+              const int col = pn * BN + 64 * q + 8 * j + 2 * (lane % 4);
+              const TD *b = (const TD *)g.bias;
+              if (col < g.n) v0 += to_f(b[col]);
+              if (col + 1 < g.n) v1 += to_f(b[col + 1]);
+            }
+            store2((TD *)(box + at), v0, v1);
+          }
+        fence_async_smem();
+        warpgroup_sync(1 + c);
+        if (tid == 0) {
+          if (g.accumulate)
+            tma_store<true>(&md, pn * BN + 64 * q, pm * kBM + c * 64, box);
+          else
+            tma_store<false>(&md, pn * BN + 64 * q, pm * kBM + c * 64, box);
+        }
+      }
+    } else {
+      TD *D = (TD *)g.d;
+      const TD *bias = (const TD *)g.bias;
+      const int r0 = pm * kBM + c * 64 + rr, c0 = pn * BN + 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < BN / 8; j++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const int row = r0 + 8 * h, col = c0 + 8 * j;
+          if (row >= g.m || col >= g.n) continue;
+          TD *p = D + (size_t)row * g.ldd + col;
+          float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+          if (col + 1 < g.n) {
+            if (bias) {
+              v0 += to_f(bias[col]);
+              v1 += to_f(bias[col + 1]);
+            }
+            if (g.accumulate) {
+              const float2 o = load2(p);
+              v0 += o.x;
+              v1 += o.y;
+            }
+            store2(p, v0, v1);
+          } else {
+            if (bias) v0 += to_f(bias[col]);
+            if (g.accumulate) v0 += to_f(*p);
+            *p = from_f<TD>(v0);
+          }
+        }
+      }
+    }
+  }
+  if (TMA_EPI && tid == 0) tma_store_wait<0>(); /* the boxes outlive their stores */
+#else
+  __trap(); /* built without sm_90a code: the host side never launches it (gemm.cu) */
+#endif
+}
+
+}  // namespace gemm
+}  // namespace xent
+
+#endif

@@ -1,0 +1,338 @@
+/*
+ * test_gemm.c - the matrix products of the fused linear loss, alone
+ * (xent_experimental_gemm_run): xent's own Hopper GEMM and cuBLASLt against
+ * a float64 reference, on shapes that are multiples of no tile, in each
+ * layout the loss uses, bf16 and fp16, fp32 and 16-bit D, with and without
+ * a bias, written fresh or accumulated; the argument checks; the refusals.
+ *
+ * xent's GEMM runs on compute capability 9.0 only: elsewhere its calls must
+ * fail with XENT_ERROR_UNSUPPORTED, and that is what is checked there.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "reference.h"
+#include "xent.h"
+#include "xent_experimental.h"
+
+#ifdef XENT_TEST_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+/* The three layouts of the fused linear loss's products (xent_experimental.h). */
+enum { KK = 0, KN = 1, MN = 2 };
+static const char *layout_name[3] = {"logits (A, B K-major)", "dX (B N-major)",
+                                     "dW (A M-major, B N-major)"};
+
+typedef struct gcase {
+  int64_t m, n, k;
+  int layout;
+  xent_dtype dt, ddt;
+  int bias, accumulate, tile_n, tma;
+} gcase;
+
+static xent_experimental_gemm describe(const gcase *c, int engine) {
+  xent_experimental_gemm g;
+  memset(&g, 0, sizeof g);
+  g.engine = (xent_experimental_gemm_engine)engine;
+  g.m = c->m;
+  g.n = c->n;
+  g.k = c->k;
+  g.a_m_major = c->layout == MN;
+  g.b_n_major = c->layout != KK;
+  /* rows padded to the next multiple of 8 values, plus 8 (16-byte aligned) */
+  g.lda = ((g.a_m_major ? c->m : c->k) + 7) / 8 * 8 + 8;
+  g.ldb = ((g.b_n_major ? c->n : c->k) + 7) / 8 * 8 + 8;
+  g.ldd = (c->n + 7) / 8 * 8 + 8;
+  g.dtype = c->dt;
+  g.d_dtype = c->ddt;
+  g.accumulate = c->accumulate;
+  g.tile_n = c->tile_n;
+  g.tma_epilogue = c->tma;
+  return g;
+}
+
+static void test_gemm_args(void **state) {
+  (void)state;
+  /* the arguments are checked before any backend is asked: host pointers do */
+  static uint16_t a[64], b[64], d[64];
+  gcase c = {4, 4, 4, KK, XENT_BFLOAT16, XENT_BFLOAT16, 0, 0, 0, 0};
+  xent_experimental_gemm g = describe(&c, XENT_EXPERIMENTAL_GEMM_XENT);
+  g.lda = g.ldb = g.ldd = 4;
+  g.a = a;
+  g.b = b;
+  g.d = d;
+  memset(d, 0x5A, sizeof d);
+  xent_experimental_gemm x;
+  assert_int_equal(xent_experimental_gemm_run(NULL), XENT_ERROR_NULL_POINTER);
+  x = g; x.a = NULL;
+  assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_NULL_POINTER);
+  x = g; x.d = NULL;
+  assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_NULL_POINTER);
+  x = g; x.m = 0;
+  assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_SHAPE);
+  x = g; x.k = -1;
+  assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_SHAPE);
+  x = g; x.lda = 3;
+  assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_STRIDE);
+  x = g; x.ldd = 3;
+  assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_STRIDE);
+  x = g; x.a_m_major = 1; x.m = 5; /* an M-major A's rows hold m values */
+  assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_STRIDE);
+  x = g; x.engine = (xent_experimental_gemm_engine)2;
+  assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ENUM);
+  x = g; x.dtype = XENT_FLOAT32;
+  assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ENUM);
+  x = g; x.d_dtype = XENT_FLOAT16;
+  assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ENUM);
+  x = g; x.accumulate = 2;
+  assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ARGUMENT);
+  x = g; x.tile_n = 64;
+  assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ARGUMENT);
+  for (size_t i = 0; i < 64; i++) assert_int_equal(d[i], 0x5A5A); /* D untouched */
+}
+
+#ifdef XENT_TEST_HAVE_CUDA
+
+#define CK(call)                                                              \
+  do {                                                                        \
+    cudaError_t e_ = (call);                                                  \
+    if (e_ != cudaSuccess) fail_msg("%s: %s", #call, cudaGetErrorString(e_)); \
+  } while (0)
+
+static int have_gpu(void) {
+  static int g = -1;
+  if (g < 0) {
+    int n = 0;
+    g = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    (void)cudaGetLastError();
+  }
+  return g;
+}
+
+/* Does xent's GEMM run on device 0 (compute capability 9.0 running sm_90
+ * code)? Where it does not, its calls must be refused. */
+static int xent_gemm_expected(void) {
+  xent_device_info info;
+  assert_int_equal(xent_get_device_info(0, &info), XENT_OK);
+  return info.sm_major == 9 && info.sm_minor == 0 && info.code_arch == 90;
+}
+
+static double unit_roundoff(xent_dtype t) {
+  return t == XENT_FLOAT32 ? 0x1p-24 : t == XENT_FLOAT16 ? 0x1p-11 : 0x1p-8;
+}
+
+/* Runs case c on `engine` from fresh random operands and a poisoned D
+ * (accumulating: random D inside the product's m x n, poison in the padding
+ * of each row), and compares with the float64 reference. Returns the call's
+ * status; on XENT_OK every value was within its bound and the padding kept
+ * its poison. */
+static xent_status run_case(const gcase *c, int engine, xt_rng *rng, double *worst) {
+  xent_experimental_gemm g = describe(c, engine);
+  const size_t es = xt_dtype_size(c->dt), eds = xt_dtype_size(c->ddt);
+  const int64_t arows = g.a_m_major ? c->k : c->m, brows = g.b_n_major ? c->k : c->n;
+  const size_t na = (size_t)(arows * g.lda), nb = (size_t)(brows * g.ldb),
+               nd = (size_t)(c->m * g.ldd);
+  void *ha = malloc(na * es), *hb = malloc(nb * es), *hd = malloc(nd * eds),
+       *hd0 = malloc(nd * eds), *hbias = malloc((size_t)c->n * eds);
+  assert_non_null(ha);
+  assert_non_null(hb);
+  assert_non_null(hd);
+  assert_non_null(hd0);
+  assert_non_null(hbias);
+  xt_poison_dtype(ha, c->dt, (int64_t)na);
+  xt_poison_dtype(hb, c->dt, (int64_t)nb);
+  /* a(i, kk), b(j, kk) at their layout's places; the padding stays poison,
+   * which a product that read it would carry into D */
+  for (int64_t i = 0; i < c->m; i++)
+    for (int64_t kk = 0; kk < c->k; kk++)
+      xt_store(ha, c->dt, g.a_m_major ? kk * g.lda + i : i * g.lda + kk, xt_normal(rng));
+  for (int64_t j = 0; j < c->n; j++)
+    for (int64_t kk = 0; kk < c->k; kk++)
+      xt_store(hb, c->dt, g.b_n_major ? kk * g.ldb + j : j * g.ldb + kk, xt_normal(rng));
+  for (int64_t j = 0; j < c->n; j++) xt_store(hbias, c->ddt, j, xt_normal(rng));
+  xt_poison_dtype(hd0, c->ddt, (int64_t)nd);
+  if (c->accumulate)
+    for (int64_t i = 0; i < c->m; i++)
+      for (int64_t j = 0; j < c->n; j++) xt_store(hd0, c->ddt, i * g.ldd + j, xt_normal(rng));
+  void *da, *db, *dd, *dbias = NULL;
+  CK(cudaMalloc(&da, na * es));
+  CK(cudaMalloc(&db, nb * es));
+  CK(cudaMalloc(&dd, nd * eds));
+  CK(cudaMemcpy(da, ha, na * es, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(db, hb, nb * es, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dd, hd0, nd * eds, cudaMemcpyHostToDevice));
+  if (c->bias) {
+    CK(cudaMalloc(&dbias, (size_t)c->n * eds));
+    CK(cudaMemcpy(dbias, hbias, (size_t)c->n * eds, cudaMemcpyHostToDevice));
+  }
+  void *ws = NULL;
+  const size_t ws_bytes = 4u << 20;
+  CK(cudaMalloc(&ws, ws_bytes));
+  g.a = da;
+  g.b = db;
+  g.d = dd;
+  g.bias = dbias;
+  g.workspace = ws;
+  g.workspace_bytes = ws_bytes;
+  const xent_status st = xent_experimental_gemm_run(&g);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(hd, dd, nd * eds, cudaMemcpyDeviceToHost));
+  if (st == XENT_OK) {
+    /* |D - ref| <= u_D |ref| (twice for the TMA epilogue's add in D's type)
+     * + (k + 2) 2^-24 (sum |a b| + |bias| + |D0|): fp32 accumulation's bound */
+    const double u = unit_roundoff(c->ddt) * (c->tma && c->accumulate ? 2.0 : 1.0);
+    for (int64_t i = 0; i < c->m; i++)
+      for (int64_t j = 0; j < g.ldd; j++) {
+        const int64_t at = i * g.ldd + j;
+        if (j >= c->n) {
+          if (!xt_is_poison_dtype(hd, c->ddt, at))
+            fail_msg("%s: D's padding at row %lld column %lld was written", layout_name[c->layout],
+                     (long long)i, (long long)j);
+          continue;
+        }
+        double ref = 0, mag = 0;
+        for (int64_t kk = 0; kk < c->k; kk++) {
+          const double p =
+              xt_load(ha, c->dt, g.a_m_major ? kk * g.lda + i : i * g.lda + kk) *
+              xt_load(hb, c->dt, g.b_n_major ? kk * g.ldb + j : j * g.ldb + kk);
+          ref += p;
+          mag += fabs(p);
+        }
+        if (c->bias) {
+          ref += xt_load(hbias, c->ddt, j);
+          mag += fabs(xt_load(hbias, c->ddt, j));
+        }
+        if (c->accumulate) {
+          ref += xt_load(hd0, c->ddt, at);
+          mag += fabs(xt_load(hd0, c->ddt, at));
+        }
+        const double got = xt_load(hd, c->ddt, at), err = fabs(got - ref);
+        const double tol = u * fabs(ref) + (double)(c->k + 2) * 0x1p-24 * mag + 1e-30;
+        if (!(err <= tol))
+          fail_msg("%s %s m=%lld n=%lld k=%lld engine %d: D[%lld][%lld] = %.9g, reference %.9g "
+                   "(error %.3g > bound %.3g)",
+                   layout_name[c->layout], xt_dtype_name(c->dt), (long long)c->m,
+                   (long long)c->n, (long long)c->k, engine, (long long)i, (long long)j, got,
+                   ref, err, tol);
+        if (err / (tol + 1e-300) > *worst) *worst = err / tol;
+      }
+  } else {
+    /* refused: D as it was */
+    assert_memory_equal(hd, hd0, nd * eds);
+  }
+  CK(cudaFree(da));
+  CK(cudaFree(db));
+  CK(cudaFree(dd));
+  CK(cudaFree(ws));
+  if (dbias) CK(cudaFree(dbias));
+  free(ha);
+  free(hb);
+  free(hd);
+  free(hd0);
+  free(hbias);
+  return st;
+}
+
+/* The shapes: single values, one less and one more than a tile, a K of one
+ * block and of many stages (the ring's phases wrap), more tiles than SMs
+ * (the persistent walk), each in every layout. */
+static const int64_t shapes[][3] = {{1, 1, 1},     {7, 129, 129},  {129, 7, 300},
+                                    {300, 1000, 72}, {130, 260, 1}, {257, 520, 4100},
+                                    {2000, 1100, 64}, {64, 256, 64}};
+enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
+
+static void cuda_products(int engine, const char *test) {
+  if (!have_gpu()) skip();
+  xt_rng rng = xt_rng_for(test);
+  const int expected = engine == XENT_EXPERIMENTAL_GEMM_CUBLASLT || xent_gemm_expected();
+  double worst = 0;
+  int ran = 0;
+  for (int s = 0; s < NSHAPES; s++)
+    for (int layout = 0; layout < 3; layout++) {
+      const int v = s * 3 + layout;
+      gcase c = {shapes[s][0], shapes[s][1], shapes[s][2], layout,
+                 v % 2 ? XENT_FLOAT16 : XENT_BFLOAT16, XENT_BFLOAT16, (v / 2) % 2, (v / 3) % 2,
+                 (int[]){0, 128, 256}[v % 3], 0};
+      c.ddt = c.dt;
+      if (layout == MN && v % 4 == 1) c.ddt = XENT_FLOAT32; /* the fp32 weight gradient */
+      if (layout == MN) c.accumulate = v % 5 != 0;           /* dW adds up over chunks  */
+      if (engine == XENT_EXPERIMENTAL_GEMM_XENT && c.ddt != XENT_FLOAT32) c.tma = (v / 4) % 2;
+      if (engine == XENT_EXPERIMENTAL_GEMM_CUBLASLT) c.tile_n = 0, c.tma = 0;
+      const xent_status st = run_case(&c, engine, &rng, &worst);
+      if (expected) {
+        if (st != XENT_OK)
+          fail_msg("%s m=%lld n=%lld k=%lld: %s", layout_name[layout], (long long)c.m,
+                   (long long)c.n, (long long)c.k, xent_last_error());
+        ran++;
+      } else {
+        assert_int_equal(st, XENT_ERROR_UNSUPPORTED);
+      }
+    }
+  print_message("%s: %d products checked, worst error %.2f of its bound\n", test, ran, worst);
+}
+
+static void test_cuda_gemm_xent(void **state) {
+  (void)state;
+  cuda_products(XENT_EXPERIMENTAL_GEMM_XENT, "test_cuda_gemm_xent");
+}
+
+static void test_cuda_gemm_cublaslt(void **state) {
+  (void)state;
+  cuda_products(XENT_EXPERIMENTAL_GEMM_CUBLASLT, "test_cuda_gemm_cublaslt");
+}
+
+/* What xent's GEMM does not take is refused with a reason and D untouched:
+ * a misaligned operand or row, an fp32 D with a K-major A, a TMA epilogue
+ * into fp32. */
+static void test_cuda_gemm_refusals(void **state) {
+  (void)state;
+  if (!have_gpu()) skip();
+  xt_rng rng = xt_rng_for("test_cuda_gemm_refusals");
+  double worst = 0;
+  const gcase bad[] = {
+      {64, 64, 64, KK, XENT_BFLOAT16, XENT_FLOAT32, 0, 0, 0, 0},
+      {64, 64, 64, MN, XENT_BFLOAT16, XENT_FLOAT32, 0, 1, 0, 1},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    assert_int_equal(run_case(&bad[i], XENT_EXPERIMENTAL_GEMM_XENT, &rng, &worst),
+                     XENT_ERROR_UNSUPPORTED);
+  /* a leading dimension that is not a multiple of 8 values (rows not 16-byte aligned) */
+  uint16_t *d;
+  CK(cudaMalloc((void **)&d, 64 * 72 * 2));
+  gcase c = {64, 64, 64, KK, XENT_BFLOAT16, XENT_BFLOAT16, 0, 0, 0, 0};
+  xent_experimental_gemm g = describe(&c, XENT_EXPERIMENTAL_GEMM_XENT);
+  g.a = g.b = g.d = d;
+  g.lda = g.ldb = 66;
+  g.ldd = 66;
+  assert_int_equal(xent_experimental_gemm_run(&g), XENT_ERROR_UNSUPPORTED);
+  assert_non_null(strstr(xent_last_error(), xent_gemm_expected() ? "aligned" : ""));
+  g.lda = g.ldb = g.ldd = 64;
+  g.a = d + 1; /* 2 bytes past alignment */
+  assert_int_equal(xent_experimental_gemm_run(&g), XENT_ERROR_UNSUPPORTED);
+  CK(cudaFree(d));
+}
+
+#else
+static void test_cuda_gemm_xent(void **state) { (void)state; skip(); }
+static void test_cuda_gemm_cublaslt(void **state) { (void)state; skip(); }
+static void test_cuda_gemm_refusals(void **state) { (void)state; skip(); }
+#endif
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_gemm_args),
+      cmocka_unit_test(test_cuda_gemm_xent),
+      cmocka_unit_test(test_cuda_gemm_cublaslt),
+      cmocka_unit_test(test_cuda_gemm_refusals),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
