@@ -489,6 +489,14 @@ typedef struct xent_linear_options {
  *   GPU, vocab: dW once; db once; dX once per slab (XENT_ACCUM_GRAD) or
  *               once (XENT_ACCUM_FP32).
  *   CPU:        every gradient once, in either mode (its sums are fp32).
+ * Except on the GPU, where a cuBLASLt product adds into a 16-bit gradient
+ * in place (accumulate = 1, or a later piece under XENT_ACCUM_GRAD): its
+ * kernel may round the product's part to the gradient's dtype before
+ * adding what the gradient held, two roundings for that piece. The vocab
+ * schedule's dW does (measured on an H100, 2026-12-05: about 7 % of the
+ * elements one unit in the last place from a single rounding); the rows
+ * schedule's dX of one chunk did not. XENT_ACCUM_FP32 and a fresh
+ * gradient (accumulate = 0) are not affected.
  * On the GPU the products read the logits' gradient G in the input's dtype,
  * one more rounding before any of these (the CPU keeps G in fp32). */
 typedef enum xent_accum {

@@ -17,6 +17,7 @@
 #   before       xent-bench of an earlier commit (build-before/), for bench's side-by-side
 #                table: its sources carried as .before/src.tar (git archive COMMIT)
 #   gemmtest     test_gemm alone under a 120 s limit (xent's Hopper GEMM), before `test`
+#   gemmsan      compute-sanitizer memcheck and synccheck over xent's GEMM's tests
 #   test         every C test through CTest: API, CPU, linear (CPU and CUDA), CUDA, GEMM
 #   quick        the quick CUDA subset, test_linear and test_vp (a short run)
 #   linear-test  test_linear only
@@ -91,8 +92,8 @@ build_tree() { # dir [cmake args...]
   local dir=$1
   shift
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_ARCHITECTURES=90a -DXENT_CUDA_PTX=OFF \
-    $XENT_CMAKE_PREFIX "$@" >>"$LOGS/build.log" 2>&1 && cmake --build "$dir" -j 16 \
-    >>"$LOGS/build.log" 2>&1
+    -DXENT_JAX_PYTHON="$(command -v python3)" $XENT_CMAKE_PREFIX "$@" >>"$LOGS/build.log" 2>&1 &&
+    cmake --build "$dir" -j 16 >>"$LOGS/build.log" 2>&1
 }
 
 if has proxy; then
@@ -130,7 +131,11 @@ if has variant; then
 fi
 if has build || [ ! -f build/CMakeCache.txt ]; then
   stamp "build"
-  if build_tree build; then note build ok; else
+  if build_tree build; then
+    note build "ok, $(grep -o 'JAX handlers [A-Z]*' "$LOGS/build.log" | tail -1)"
+    grep -q 'JAX handlers ON' "$LOGS/build.log" ||
+      python3 -c 'import jax.ffi; print(jax.ffi.include_dir())' 2>&1 | tail -3
+  else
     cp "$LOGS/build.log" "$LOGS/deps.log" "$OUT/"
     note build FAILED
     tail -40 "$OUT/build.log"
@@ -172,6 +177,15 @@ if has gemmtest && in_time gemmtest; then
   note gemmtest "rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/gemmtest.log" | tr '\n' ' ')"
   grep -E 'checked|FAILED|error|bound' "$OUT/gemmtest.log" | head -12
   [ $rc = 124 ] && XENT_CTEST_EXCLUDE="-E test_gemm"
+fi
+if has gemmsan && in_time gemmsan; then
+  # compute-sanitizer over xent's GEMM's tests: memcheck, then synccheck
+  stamp "gemmsan"
+  for tool in memcheck synccheck; do
+    XENT_TEST_ONLY="test_cuda_gemm_xent" timeout 150 compute-sanitizer --tool $tool \
+      --error-exitcode 9 build/tests/test_gemm >"$OUT/gemmsan-$tool.log" 2>&1
+    note gemmsan "$tool rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/gemmsan-$tool.log" | tail -1)"
+  done
 fi
 if has test && in_time test; then
   ctest_stage test -j "${XENT_TEST_JOBS:-8}" ${XENT_CTEST_EXCLUDE:-}

@@ -160,6 +160,12 @@ thread_local char t_last[160] = "none";
  * chunks (dev/cuda/lt_algos.cu, v28) it was the fastest, 643 TFLOP/s against
  * the heuristic's 563; the step of each benchmark shape with it is in
  * bench/NOTES.md. Where cuBLASLt does not accept it, the heuristic's stays. */
+/* Up to which k the forced configuration pays: dev/cuda/lt_dwk.cu on an
+ * H100 (2026-12-05, three heads) has it 0.87 to 0.93 of the heuristic's time
+ * at k = 232 and 488, 0.97 to 1.10 at 976 and 1.13 to 1.25 at 4096 and 8192
+ * (bench/NOTES.md, v36): the default chunks take it, whole batches do not. */
+constexpr int64_t kChunkKMax = 640;
+
 void prefer_chunk_k(cublasLtHandle_t h, lt_entry *e, uint64_t ws) {
   const lt_api &A = g_api;
   int id = 0;
@@ -234,8 +240,8 @@ xent_status make_entry(cublasLtHandle_t h, const lt_gemm &g, const lt_key &key, 
    * where every operand is 16-byte aligned, rows and columns alike. */
   const bool aligned = key.aa >= 16 && key.ab >= 16 && key.ad >= 16 && g.lda % 8 == 0 &&
                        g.ldb % 8 == 0 && g.ldd % 8 == 0;
-  if (g.chunk_k && aligned && g.a_type == XENT_BFLOAT16 && g.b_type == XENT_BFLOAT16 &&
-      g.d_type == XENT_BFLOAT16)
+  if (g.chunk_k && g.k <= kChunkKMax && aligned && g.a_type == XENT_BFLOAT16 &&
+      g.b_type == XENT_BFLOAT16 && g.d_type == XENT_BFLOAT16)
     prefer_chunk_k(h, e, ws);
   return XENT_OK;
 }
