@@ -14,7 +14,8 @@ Providers (each skipped, with a printed reason, when it is missing or cannot run
     xent            xent.torch.FusedLinearCrossEntropyLoss, default settings
     xent_fp32accum  the same with accum_dtype=torch.float32 (an fp32 accumulator: V x H over
                     row chunks, BT x H over the vocabulary's slabs)
-    xent_rows, xent_vocab, xent_fp32accum_rows, xent_fp32accum_vocab
+    xent_rows, xent_vocab, xent_fp32accum_rows, xent_fp32accum_vocab, xent_all (one chunk:
+    all the logits in memory)
                     (on request) the same with schedule="rows" or "vocab" asked for
     liger_flce      the peer's LigerFusedLinearCrossEntropyLoss (Triton, chunked)
     cce             cut_cross_entropy.linear_cross_entropy, its default gradient filter
@@ -73,7 +74,8 @@ SWEEP_BT = [2048, 4096, 8192, 16384, 32768]
 PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "cce", "cce_exact",
              "torch_fp32ce", "torch_bf16ce", "torch_compile", "torch_lce", "torch_lce_chunked"]
 # on request only: xent with its schedule fixed (xent.h, "schedule")
-EXTRA_PROVIDERS = ["xent_rows", "xent_vocab", "xent_fp32accum_rows", "xent_fp32accum_vocab"]
+EXTRA_PROVIDERS = ["xent_rows", "xent_vocab", "xent_fp32accum_rows", "xent_fp32accum_vocab",
+                   "xent_all"]
 # without dX these would time another step than the floor's
 FULL_STEP_ONLY = ["liger_flce", "cce", "cce_exact"]
 CHUNK_BUDGETS_MIB = [32, 64, 128, 256, 512, 1024]
@@ -147,6 +149,10 @@ def make_providers(torch, names: List[str]):
         elif n.startswith("xent"):
             if xt is None:
                 out[n] = (None, xt_reason)
+                continue
+            if n == "xent_all":  # one chunk: all the logits in memory, as torch.compile's
+                out[n] = ((lambda x, w, y: xt.FusedLinearCrossEntropyLoss(
+                    chunk_rows=x.shape[0])(w, x, y)), None)
                 continue
             schedule = n.rsplit("_", 1)[1] if n.endswith(("_rows", "_vocab")) else "auto"
             fn = xt.FusedLinearCrossEntropyLoss(
