@@ -15,7 +15,7 @@ Providers (each skipped, with a printed reason, when it is missing or cannot run
     xent_fp32accum  the same with accum_dtype=torch.float32 (an fp32 accumulator: V x H over
                     row chunks, BT x H over the vocabulary's slabs)
     xent_rows, xent_vocab, xent_fp32accum_rows, xent_fp32accum_vocab, xent_all (one chunk:
-    all the logits in memory)
+    all the logits in memory), xent_own (xent's own Hopper products, where they run)
                     (on request) the same with schedule="rows" or "vocab" asked for
     liger_flce      the peer's LigerFusedLinearCrossEntropyLoss (Triton, chunked)
     cce             cut_cross_entropy.linear_cross_entropy, its default gradient filter
@@ -75,7 +75,7 @@ PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "cce", "cce_e
              "torch_fp32ce", "torch_bf16ce", "torch_compile", "torch_lce", "torch_lce_chunked"]
 # on request only: xent with its schedule fixed (xent.h, "schedule")
 EXTRA_PROVIDERS = ["xent_rows", "xent_vocab", "xent_fp32accum_rows", "xent_fp32accum_vocab",
-                   "xent_all"]
+                   "xent_all", "xent_own"]
 # without dX these would time another step than the floor's
 FULL_STEP_ONLY = ["liger_flce", "cce", "cce_exact"]
 CHUNK_BUDGETS_MIB = [32, 64, 128, 256, 512, 1024]
@@ -132,6 +132,27 @@ def quantiles(s: List[float]) -> Tuple[float, float, float]:
     return q(0.5), q(0.2), q(0.8)
 
 
+def with_products(mode: int, call):
+    """call() with xent_experimental.products = mode on this thread (the fused linear
+    loss computes its gradients in the forward, on the calling thread)."""
+    import ctypes
+    from xent import _lib
+
+    class Experimental(ctypes.Structure):  # xent_experimental (include/xent_experimental.h)
+        _fields_ = [(f"f{i}", ctypes.c_int) for i in range(14)]
+
+    lib = _lib.lib()
+    e = Experimental()
+    e.f13 = mode  # the launch's 9 ints, programmatic, verdict_copy, backward_waves, plan_arch
+    lib.xent_experimental_set.argtypes = [ctypes.c_void_p]
+    if lib.xent_experimental_set(ctypes.byref(e)) != 0:
+        raise RuntimeError("xent_experimental_set refused products=%d" % mode)
+    try:
+        return call()
+    finally:
+        lib.xent_experimental_set(None)
+
+
 def make_providers(torch, names: List[str]):
     """name -> (fn(x, w, y) -> loss, None) or (None, reason)."""
     F = torch.nn.functional
@@ -149,6 +170,10 @@ def make_providers(torch, names: List[str]):
         elif n.startswith("xent"):
             if xt is None:
                 out[n] = (None, xt_reason)
+                continue
+            if n == "xent_own":  # xent's own Hopper products (xent_experimental.h, products)
+                fn = xt.FusedLinearCrossEntropyLoss()
+                out[n] = ((lambda x, w, y, fn=fn: with_products(2, lambda: fn(w, x, y))), None)
                 continue
             if n == "xent_all":  # one chunk: all the logits in memory, as torch.compile's
                 out[n] = ((lambda x, w, y: xt.FusedLinearCrossEntropyLoss(

@@ -66,9 +66,16 @@ typedef struct xent_experimental {
                         need code this build lacks for the device (the staged kernel or
                         programmatic launches, compute_90 and newer) makes the call fail with
                         XENT_ERROR_UNSUPPORTED, naming the kernel and the device           */
+  int products;      /* the CUDA fused linear loss's matrix products: 0 the library's choice
+                        (cuBLASLt today), 1 cuBLASLt, 2 xent's own Hopper GEMM wherever it
+                        takes the product (xent_experimental_gemm's conditions), cuBLASLt
+                        elsewhere. 0: the environment variable XENT_PRODUCTS ("cublaslt" or
+                        "xent") if set. xent's products write through TMA and add into a
+                        gradient in L2 in its dtype: a 16-bit gradient that a product adds
+                        into takes two roundings there (xent.h, "How many roundings")     */
 } xent_experimental;
 
-#define XENT_EXPERIMENTAL_INIT {{XENT_EXPERIMENTAL_TABLE, 0, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 0, 0}
+#define XENT_EXPERIMENTAL_INIT {{XENT_EXPERIMENTAL_TABLE, 0, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0}
 
 /* Use `settings` for this thread's later calls; NULL restores the defaults.
  * Returns XENT_ERROR_BAD_ENUM or XENT_ERROR_BAD_ARGUMENT (nothing changed)
@@ -137,8 +144,9 @@ typedef struct xent_experimental_gemm {
   const void *bias;       /* n values of d_dtype added to every row, or NULL        */
   int accumulate;         /* 1: D is read and added to                              */
   int tile_n;             /* xent: the tile's columns, 128 or 256; 0: the rule      */
-  int tma_epilogue;       /* xent, 16-bit D: written through TMA boxes, and when
-                             accumulating added in L2 in D's type (rounded twice)  */
+  int tma_epilogue;       /* xent: D written through TMA boxes, and when
+                             accumulating added in L2 in D's type (a 16-bit D is
+                             then rounded twice: the product's part, the sum)      */
   int device;
   void *stream;           /* a cudaStream_t; NULL: the default stream              */
   void *workspace;        /* cuBLASLt's workspace on the device, or NULL            */

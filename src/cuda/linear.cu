@@ -30,6 +30,8 @@
  * slab, k = rows; dX^T (+)= W_s^T G_s^T: m = H, n = rows, k = slab.) Checked
  * mode waits for the verdict between the passes.
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/dtype.h"
@@ -37,6 +39,7 @@
 #include "cuda/cuda.h"
 #include "cuda/device.cuh"
 #include "cuda/forward.cuh"
+#include "cuda/gemm/gemm.cuh"
 #include "cuda/kernels/linear.cuh"
 #include "cuda/kernels/vp.cuh"
 #include "cuda/lt.cuh"
@@ -45,6 +48,35 @@
 namespace xent {
 
 namespace {
+
+/* XENT_PRODUCTS ("cublaslt" or "xent"): the products' engine for calls whose
+ * settings leave it to the library, read once (0 when unset). */
+int env_products() {
+  static const int v = [] {
+    const char *s = getenv("XENT_PRODUCTS");
+    return !s ? 0 : !strcmp(s, "xent") ? 2 : !strcmp(s, "cublaslt") ? 1 : 0;
+  }();
+  return v;
+}
+
+/* One of the loss's products: xent's own Hopper GEMM (TMA epilogue) where the
+ * experimental setting asks for it and it takes the product, cuBLASLt
+ * otherwise (xent_experimental.h, products). */
+xent_status product(const xent_linear_call *lc, const dev_props &dp, const lt_gemm &g, void *ws,
+                    size_t ws_bytes, cudaStream_t stream) {
+  const int mode = lc->exp.products ? lc->exp.products : env_products();
+  gemm_product p;
+  if (mode == 2 && gemm_from_lt(g, true, &p) && !gemm_sm90_refusal(p, dp)) {
+    const xent_status st = gemm_sm90(p, dp, stream);
+    char what[160];
+    snprintf(what, sizeof what, "xent m=%lld n=%lld k=%lld%s%s%s tma", (long long)p.m,
+             (long long)p.n, (long long)p.k, p.a_mn ? " A-M" : "", p.b_mn ? " B-N" : "",
+             p.accumulate ? " add" : "");
+    if (!st) lt_set_last(what);
+    return st;
+  }
+  return lt_matmul(g, ws, ws_bytes, stream);
+}
 
 xent_status launch_colsum(xent_dtype dt, const char *g, int64_t rows, int vocab, int64_t stride_bytes,
                           float *acc, cudaStream_t stream) {
@@ -205,7 +237,7 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
     lt_gemm g1 = {true, false, V, n, H, in.weight, in.weight_stride, in.dtype,
                   xc, in.hidden_stride, in.dtype, zbuf, plan.chunk_stride, in.dtype,
                   1.0f, 0.0f, in.bias, false};
-    if ((st = lt_matmul(g1, ltws, plan.lt_bytes, stream))) break;
+    if ((st = product(lc, dp, g1, ltws, plan.lt_bytes, stream))) break;
 
     /* the cross-entropy of the chunk's rows */
     xent_call cc = c;
@@ -252,7 +284,7 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
                     zbuf, plan.chunk_stride, in.dtype,
                     (char *)g.hidden + (size_t)(r0 * g.hidden_stride) * gs, g.hidden_stride,
                     g.hidden_dtype, 1.0f, g.accumulate ? 1.0f : 0.0f, NULL, false};
-      if ((st = lt_matmul(g2, ltws, plan.lt_dx_bytes, stream))) break;
+      if ((st = product(lc, dp, g2, ltws, plan.lt_dx_bytes, stream))) break;
     }
     if (g.weight) { /* dW (+)= G^T X_c */
       const bool more = r0 > 0 || (!fp32acc && g.accumulate);
@@ -261,7 +293,7 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
                     fp32acc ? (void *)dw : g.weight, fp32acc ? H : g.weight_stride,
                     fp32acc ? XENT_FLOAT32 : g.weight_dtype, 1.0f, more ? 1.0f : 0.0f, NULL,
                     true};
-      if ((st = lt_matmul(g3, ltws, plan.lt_bytes, stream))) break;
+      if ((st = product(lc, dp, g3, ltws, plan.lt_bytes, stream))) break;
     }
     if (db && (st = launch_colsum(in.dtype, zbuf, n, (int)V, plan.chunk_stride * (int64_t)es, db,
                                   stream)))
@@ -339,7 +371,7 @@ xent_status linear_vocab(const xent_linear_call *lc, const dev_props &dp) {
       lt_gemm g1 = {true, false, n, rows, H, wj, in.weight_stride, in.dtype,
                     in.hidden, in.hidden_stride, in.dtype, zbuf, plan.slab, in.dtype,
                     1.0f, 0.0f, in.bias ? (const char *)in.bias + (size_t)j0 * es : NULL, false};
-      if ((st = lt_matmul(g1, ltws, plan.lt_bytes, stream))) break;
+      if ((st = product(lc, dp, g1, ltws, plan.lt_bytes, stream))) break;
 
       vp_params v = vp;
       v.p.vocab = (int)n;
@@ -358,7 +390,7 @@ xent_status linear_vocab(const xent_linear_call *lc, const dev_props &dp) {
                       zbuf, plan.slab, in.dtype,
                       (char *)g.weight + (size_t)(j0 * g.weight_stride) * wes, g.weight_stride,
                       g.weight_dtype, 1.0f, g.accumulate ? 1.0f : 0.0f, NULL, false};
-        if ((st = lt_matmul(g3, ltws, plan.lt_bytes, stream))) break;
+        if ((st = product(lc, dp, g3, ltws, plan.lt_bytes, stream))) break;
       }
       if (g.hidden) { /* dX (+)= G_s W_s */
         const bool more = s > 0 || (!fp32acc && g.accumulate);
@@ -367,7 +399,7 @@ xent_status linear_vocab(const xent_linear_call *lc, const dev_props &dp) {
                       fp32acc ? (void *)dx : g.hidden, fp32acc ? H : g.hidden_stride,
                       fp32acc ? XENT_FLOAT32 : g.hidden_dtype, 1.0f, more ? 1.0f : 0.0f, NULL,
                       false};
-        if ((st = lt_matmul(g2, ltws, plan.lt_bytes, stream))) break;
+        if ((st = product(lc, dp, g2, ltws, plan.lt_bytes, stream))) break;
       }
       if (db && (st = launch_colsum(in.dtype, zbuf, rows, (int)n, plan.slab * (int64_t)es,
                                     db + j0, stream)))

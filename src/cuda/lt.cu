@@ -311,6 +311,8 @@ xent_status lt_matmul(const lt_gemm &g, void *ws, size_t ws_bytes, cudaStream_t 
 
 const char *lt_last(void) { return t_last; }
 
+void lt_set_last(const char *what) { snprintf(t_last, sizeof t_last, "%s", what); }
+
 }  // namespace xent
 
 extern "C" const char *xent_cuda_last_product(void) { return xent::lt_last(); }

@@ -41,8 +41,10 @@ struct lt_gemm {
 /* Queues the product on `stream` with `ws_bytes` of cuBLASLt workspace. */
 xent_status lt_matmul(const lt_gemm &g, void *ws, size_t ws_bytes, cudaStream_t stream);
 
-/* What the last product ran (for the experimental launch description). */
+/* What the last product ran (for the experimental launch description), and
+ * its replacement by another engine's description. */
 const char *lt_last(void);
+void lt_set_last(const char *what);
 
 }  // namespace xent
 

@@ -1080,6 +1080,33 @@ static void test_cuda_linear_one_rounding(void **state) {
   assert_int_equal(accumulate_rounding(1), 0);
 }
 
+/* The whole loss with xent's own Hopper products (xent_experimental.h,
+ * products = 2) where they take the product: the feature, gradient, edge and
+ * one-rounding sweeps as with cuBLASLt's, and on a 9.0 device running sm_90
+ * code the products really are xent's. */
+static void test_cuda_linear_own_products(void **state) {
+  (void)state;
+  REQUIRE_GPU();
+  xent_experimental e = XENT_EXPERIMENTAL_INIT;
+  e.products = 2;
+  assert_int_equal(xent_experimental_set(&e), XENT_OK);
+  xt_rng rng = xt_rng_for("test_cuda_linear_own_products");
+  long errs = feature_sweep(1, &rng, XENT_SCHEDULE_AUTO) + gradient_sweep(1, &rng, XENT_SCHEDULE_AUTO) +
+              gradient_sweep(2, &rng, XENT_SCHEDULE_AUTO) + edge_sweep(1, &rng, XENT_SCHEDULE_AUTO) +
+              accumulate_rounding(1);
+  xt_lin_case c = xt_lin_default(XENT_BFLOAT16, 976, 256, 8000);
+  c.chunk_rows = 488;
+  errs += run_case(c, 1, &rng, "own products");
+  const char *prod = xent_experimental_last_product();
+  print_message("last product: %s\n", prod);
+  xent_device_info info;
+  assert_int_equal(xent_get_device_info(0, &info), XENT_OK);
+  if (info.sm_major == 9 && info.sm_minor == 0 && info.code_arch == 90)
+    assert_non_null(strstr(prod, "xent m=8000 n=256 k=488 A-M B-N"));
+  assert_int_equal(xent_experimental_set(NULL), XENT_OK);
+  assert_int_equal(errs, 0);
+}
+
 static void test_cuda_linear_features(void **state) {
   (void)state;
   REQUIRE_GPU();
@@ -1388,6 +1415,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_linear_memory),
       cmocka_unit_test(test_cuda_linear_large_extent),
       cmocka_unit_test(test_cuda_linear_measured_product),
+      cmocka_unit_test(test_cuda_linear_own_products),
   };
   const char *only = getenv("XENT_TEST_ONLY");
   if (only && *only) cmocka_set_test_filter(only);

@@ -86,11 +86,9 @@ xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stre
 
 template <typename T, typename TD, bool AMN, bool BMN>
 xent_status by_tile(const gemm_product &p, const dev_props &dp, cudaStream_t s, int bn, int gm) {
-  if constexpr (sizeof(TD) == 2) {
-    if (p.tma_epilogue)
-      return bn == 256 ? launch<T, TD, 256, AMN, BMN, true>(p, dp, s, gm)
-                       : launch<T, TD, 128, AMN, BMN, true>(p, dp, s, gm);
-  }
+  if (p.tma_epilogue)
+    return bn == 256 ? launch<T, TD, 256, AMN, BMN, true>(p, dp, s, gm)
+                     : launch<T, TD, 128, AMN, BMN, true>(p, dp, s, gm);
   return bn == 256 ? launch<T, TD, 256, AMN, BMN, false>(p, dp, s, gm)
                    : launch<T, TD, 128, AMN, BMN, false>(p, dp, s, gm);
 }
@@ -120,7 +118,6 @@ const char *gemm_sm90_refusal(const gemm_product &p, const dev_props &dp) {
   if (p.a_mn && !p.b_mn) return "xent's GEMM is not built for an M-major A with a K-major B";
   if (p.d_type != p.ab_type && !(p.d_type == XENT_FLOAT32 && p.a_mn))
     return "xent's GEMM writes D in the operands' type (fp32 only for an M-major A)";
-  if (p.tma_epilogue && p.d_type == XENT_FLOAT32) return "the TMA epilogue writes 16-bit D";
   if (p.bn != 0 && p.bn != 128 && p.bn != 256) return "the tile's columns are 128 or 256";
   if (p.m < 1 || p.n < 1 || p.k < 1 || p.m > INT32_MAX || p.n > INT32_MAX || p.k > INT32_MAX)
     return "xent's GEMM takes extents from 1 to 2^31 - 1";
@@ -131,6 +128,15 @@ const char *gemm_sm90_refusal(const gemm_product &p, const dev_props &dp) {
   if (!encoder()) return "the driver has no cuTensorMapEncodeTiled";
   return nullptr;
 #endif
+}
+
+bool gemm_from_lt(const lt_gemm &g, bool tma_epilogue, gemm_product *p) {
+  if (g.alpha != 1.0f || (g.beta != 0.0f && g.beta != 1.0f) || g.a_type != g.b_type) return false;
+  /* column-major D (m x n) is row-major D^T (n x m): rows of op(B)^T times
+   * rows of op(A) */
+  *p = {g.n, g.m, g.k, g.b, g.ldb, g.trans_b, g.a, g.lda, !g.trans_a, g.a_type, g.d, g.ldd,
+        g.d_type, g.bias, g.beta == 1.0f, 0, 0, tma_epilogue};
+  return true;
 }
 
 xent_status gemm_sm90(const gemm_product &p, const dev_props &dp, cudaStream_t stream) {

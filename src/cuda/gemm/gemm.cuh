@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "cuda/device.cuh"
+#include "cuda/lt.cuh"
 #include "xent.h"
 
 namespace xent {
@@ -35,8 +36,14 @@ struct gemm_product {
   bool accumulate;   /* D is read and added to */
   int bn;            /* the tile's columns: 128 or 256; 0: the rule (gemm.cu) */
   int group_m;       /* row tiles walked together; 0: the rule */
-  bool tma_epilogue; /* 16-bit D through TMA boxes: stored, or added in L2 */
+  bool tma_epilogue; /* D through TMA boxes: stored, or added in L2 in D's type */
 };
+
+/* The product of `g` (cuBLAS's column-major terms, as lt_matmul takes it)
+ * in row-major terms: D^T = op(B)^T op(A)^T, so A is op(B) read as rows and
+ * B is op(A). False when it has no such form here (alpha not 1, beta not 0
+ * or 1). */
+bool gemm_from_lt(const lt_gemm &g, bool tma_epilogue, gemm_product *p);
 
 /* NULL when xent's GEMM can take the product on this device (sm_90a code for
  * a compute capability 9.0 device, the operands' types, layouts, alignment

@@ -13,8 +13,9 @@
  * with wgmma from shared memory, one commit group per stage with the
  * previous one still in flight, then write their accumulators: through
  * registers (any D type, bias, D read when accumulating, edges checked), or
- * (TMA_EPI, 16-bit D) through two 8 KiB swizzled boxes per warpgroup sent by
- * TMA, a store or, accumulating, an add in L2 (D's type: two roundings).
+ * (TMA_EPI) through two 8 KiB swizzled boxes per warpgroup sent by TMA, a
+ * store or, accumulating, an add in L2 in D's type (for a 16-bit D, two
+ * roundings: the product's part, then the sum).
  * While they write, the producer is already loading the next tile.
  */
 #ifndef XENT_CUDA_GEMM_SM90_CUH
@@ -102,7 +103,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb,
                      const __grid_constant__ CUtensorMap md, sm90_args g) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(!TMA_EPI || sizeof(TD) == 2, "the TMA epilogue writes 16-bit D");
   constexpr int STAGES = sm90_stages<BN>();
   constexpr int A_BYTES = kBM * kBK * 2, ST = A_BYTES + BN * kBK * 2;
   extern __shared__ unsigned char smem_raw[];
@@ -180,24 +180,27 @@ __global__ void __launch_bounds__(kThreads, 1)
      * and + 8, columns 8 j + 2 (l % 4) and + 1 */
     const int rr = warp * 16 + lane / 4;
     if constexpr (TMA_EPI) {
-      /* 64 columns at a time into a 64 x 64 box swizzled as the TMA unit reads
-       * it (16-byte chunk j of row r at chunk j ^ (r % 8): no bank conflicts),
-       * sent by one thread; a box is rewritten once its last store read it */
+      /* BC columns at a time (128 bytes of D's type: 64 16-bit values or 32
+       * fp32) into a 64-row box swizzled as the TMA unit reads it (16-byte
+       * chunk x of row r at chunk x ^ (r % 8)), sent by one thread; a box is
+       * rewritten once its last store has read it */
+      constexpr int BC = 128 / (int)sizeof(TD);
       unsigned char *box0 = boxes + c * 2 * kChunk;
 #pragma unroll
-      for (int q = 0; q < BN / 64; q++) {
+      for (int q = 0; q < BN / BC; q++) {
         unsigned char *box = box0 + (q & 1) * kChunk;
         if (tid == 0) tma_store_wait<1>();
         warpgroup_sync(1 + c);
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int jj = 0; jj < BC / 8; jj++)
 #pragma unroll
           for (int h = 0; h < 2; h++) {
-            const int r = rr + 8 * h, at = r * 128 + ((j ^ (r & 7)) << 4) + (lane % 4) * 4;
-            const int i = 4 * (8 * q + j) + 2 * h;
-            float v0 = acc[i], v1 = acc[i + 1];
+            const int j = q * (BC / 8) + jj, r = rr + 8 * h;
+            const int byte = (8 * jj + 2 * (lane % 4)) * (int)sizeof(TD);
+            const int at = r * 128 + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15);
+            float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
             if (g.bias) {
-              const int col = pn * BN + 64 * q + 8 * j + 2 * (lane % 4);
+              const int col = pn * BN + 8 * j + 2 * (lane % 4);
               const TD *b = (const TD *)g.bias;
               if (col < g.n) v0 += to_f(b[col]);
               if (col + 1 < g.n) v1 += to_f(b[col + 1]);
@@ -208,9 +211,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         warpgroup_sync(1 + c);
         if (tid == 0) {
           if (g.accumulate)
-            tma_store<true>(&md, pn * BN + 64 * q, pm * kBM + c * 64, box);
+            tma_store<true>(&md, pn * BN + BC * q, pm * kBM + c * 64, box);
           else
-            tma_store<false>(&md, pn * BN + 64 * q, pm * kBM + c * 64, box);
+            tma_store<false>(&md, pn * BN + BC * q, pm * kBM + c * 64, box);
         }
       }
     } else {
