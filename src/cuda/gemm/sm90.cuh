@@ -42,12 +42,12 @@ struct sm90_args {
 };
 
 template <int BN>
-constexpr int sm90_stages() { return BN == 256 ? 4 : 6; }
+__host__ __device__ constexpr int sm90_stages() { return BN == 256 ? 4 : 6; }
 
 /* Shared memory a block needs (the ring, the epilogue's boxes, the
  * barriers, and room to align the ring to 1 KiB). */
 template <int BN, bool TMA_EPI>
-constexpr int sm90_smem() {
+__host__ __device__ constexpr int sm90_smem() {
   return sm90_stages<BN>() * (kBM + BN) * kBK * 2 + (TMA_EPI ? 4 * kChunk : 0) +
          2 * sm90_stages<BN>() * 8 + 1024;
 }
