@@ -277,7 +277,7 @@ XENT_AI int64_t first_equal(const void *x, int64_t V, float m, const int dt) {
   const v8f vm = vsplat(m);
   int64_t j = 0;
   for (; j + 8 <= V; j += 8) {
-    if (vany(vload(AT(x, j, dt), dt) == vm)) break;
+    if (vany(veq(vload(AT(x, j, dt), dt), vm))) break;
   }
   for (; j < V; j++)
     if (load_one(x, j, dt) == m) return j;

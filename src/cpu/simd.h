@@ -47,6 +47,39 @@ enum { DT_F32 = 0, DT_BF16 = 1, DT_F16 = 2 };
 XENT_AI v8f vsplat(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
 XENT_AI v8i vsplati(int32_t x) { return (v8i){x, x, x, x, x, x, x, x}; }
 
+/* Lane-wise comparisons, all ones where true. Without AVX2, GCC 12 lowers a
+ * 32-byte comparison lane by lane through scalar compares and branches-free
+ * setcc (the x86-64 baseline kernels ran 10x slower than the v3 ones); the
+ * two 16-byte halves are compared instead, one SSE2 instruction each. */
+#if !defined(__AVX2__) && defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define XENT_SIMD_HALVES 1
+#endif
+#endif
+#ifdef XENT_SIMD_HALVES
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+#define XENT_CMP_HALVES(name, T, H, op)                                                   \
+  XENT_AI v8i name(T a, T b) {                                                          \
+    const H a0 = __builtin_shufflevector(a, a, 0, 1, 2, 3);                             \
+    const H a1 = __builtin_shufflevector(a, a, 4, 5, 6, 7);                             \
+    const H b0 = __builtin_shufflevector(b, b, 0, 1, 2, 3);                             \
+    const H b1 = __builtin_shufflevector(b, b, 4, 5, 6, 7);                             \
+    const v4i r0 = (v4i)(a0 op b0), r1 = (v4i)(a1 op b1);                               \
+    return __builtin_shufflevector(r0, r1, 0, 1, 2, 3, 4, 5, 6, 7);                     \
+  }
+#else
+#define XENT_CMP_HALVES(name, T, H, op) \
+  XENT_AI v8i name(T a, T b) { return (v8i)(a op b); }
+#endif
+XENT_CMP_HALVES(vgt, v8f, v4f, >)
+XENT_CMP_HALVES(vlt, v8f, v4f, <)
+XENT_CMP_HALVES(veq, v8f, v4f, ==)
+XENT_CMP_HALVES(vne, v8f, v4f, !=)
+XENT_CMP_HALVES(vgti, v8i, v4i, >)
+XENT_CMP_HALVES(vlti, v8i, v4i, <)
+#undef XENT_CMP_HALVES
+
 /* m ? a : b, lane by lane (m lanes are all ones or all zeros). */
 XENT_AI v8f vsel(v8i m, v8f a, v8f b) {
 #ifdef XENT_SIMD_AVX2
@@ -61,7 +94,7 @@ XENT_AI v8f vmax(v8f a, v8f b) {
 #ifdef XENT_SIMD_AVX2
   return (v8f)_mm256_max_ps((__m256)a, (__m256)b);
 #else
-  return vsel(a > b, a, b);
+  return vsel(vgt(a, b), a, b);
 #endif
 }
 
@@ -70,7 +103,7 @@ XENT_AI v8f vmin(v8f a, v8f b) {
 #ifdef XENT_SIMD_AVX2
   return (v8f)_mm256_min_ps((__m256)a, (__m256)b);
 #else
-  return vsel(a < b, a, b);
+  return vsel(vlt(a, b), a, b);
 #endif
 }
 
@@ -123,14 +156,14 @@ XENT_AI v8i vunord(v8f a, v8f b) {
 #ifdef XENT_SIMD_AVX2
   return (v8i)_mm256_cmp_ps((__m256)a, (__m256)b, _CMP_UNORD_Q);
 #else
-  return (a != a) | (b != b);
+  return vne(a, a) | vne(b, b);
 #endif
 }
 
 /* Lanes [0, n) all ones, the rest zero. */
 XENT_AI v8i vlanes_below(int n) {
   const v8i idx = {0, 1, 2, 3, 4, 5, 6, 7};
-  return idx < vsplati(n);
+  return vlti(idx, vsplati(n));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -233,7 +266,7 @@ XENT_AI v8f f16x8_to_f32(const void *p) {
   v8i normal = (v8i)((v8u)(em << 13) + (112u << 23));
   v8i special = (em << 13) | 0x7f800000;
   v8f sub = __builtin_convertvector(em, v8f) * vsplat(0x1p-24f);
-  v8i is_sub = em < vsplati(0x0400), is_special = em >= vsplati(0x7c00);
+  v8i is_sub = vlti(em, vsplati(0x0400)), is_special = ~vlti(em, vsplati(0x7c00));
   v8i mag = (is_sub & (v8i)sub) | (is_special & special) | (~(is_sub | is_special) & normal);
   return (v8f)((v8u)mag | sign);
 #endif
@@ -245,11 +278,11 @@ XENT_AI v8u f32_to_f16_bits(v8f v) {
   v8u sign = (u >> 16) & 0x8000u;
   v8i a = (v8i)(u & 0x7fffffffu);
   /* too large (inf above 65520 after rounding) and NaN */
-  v8i big = a >= vsplati(0x47800000);
-  v8i nan = a > vsplati(0x7f800000);
+  v8i big = ~vlti(a, vsplati(0x47800000));
+  v8i nan = vgti(a, vsplati(0x7f800000));
   v8i rbig = (nan & vsplati(0x7e00)) | (~nan & vsplati(0x7c00));
   /* subnormal results: an fp32 add of 0.5 does the rounding */
-  v8i small = a < vsplati(0x38800000);
+  v8i small = vlti(a, vsplati(0x38800000));
   v8i rsmall = (v8i)((v8u)((v8f)a + vsplat(0.5f)) - 0x3f000000u);
   /* normal results */
   v8u au = (v8u)a;
@@ -362,7 +395,7 @@ XENT_AI v8f vexp(v8f x) {
   p = vfma(p, r, vsplat(9.999997071893e-01f));
   p = vfma(p, r, vsplat(1.0f));
   const v8f y = p * (v8f)(ni + (127u << 23)); /* times 2^n, n in [-126, 127] */
-  return (v8f)(~(x < lo) & (v8i)y);
+  return (v8f)(~vlt(x, lo) & (v8i)y);
 }
 
 /* 2^t for t <= 127 that is not NaN, within 2 ulp; t < -126 (and -inf)
@@ -385,7 +418,7 @@ XENT_AI v8f vexp2_nonan(v8f t) {
   /* t >= -126 means n >= -126 and f >= 0 when n = -126: the result is
    * normal and adding n to p's exponent field is exact. */
   const v8f y = (v8f)((v8u)p + ni);
-  return (v8f)(~(t < vsplat(-126.0f)) & (v8i)y);
+  return (v8f)(~vlt(t, vsplat(-126.0f)) & (v8i)y);
 }
 
 /* tanh(u), and 1 - tanh(u)^2 computed without cancellation. Within 2 ulp
@@ -402,7 +435,7 @@ XENT_AI void vtanh(v8f u, v8f *t_out, v8f *d_out) {
   q = vfma(q, u2, vsplat(-3.333331756128e-01f));
   const v8f ts = vfma(q * u2, a, a);
   const v8f fs = vfma(-ts, ts, vsplat(1.0f));
-  const v8i small = a < vsplat(0.55f);
+  const v8i small = vlt(a, vsplat(0.55f));
   if (vall(small)) { /* the common case for logits well inside the cap */
     *t_out = (v8f)((v8i)ts | sign);
     *d_out = fs;

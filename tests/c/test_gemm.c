@@ -29,8 +29,6 @@
 
 /* The three layouts of the fused linear loss's products (xent_experimental.h). */
 enum { KK = 0, KN = 1, MN = 2 };
-static const char *layout_name[3] = {"logits (A, B K-major)", "dX (B N-major)",
-                                     "dW (A M-major, B N-major)"};
 
 typedef struct gcase {
   int64_t m, n, k;
@@ -111,6 +109,9 @@ static void test_gemm_args(void **state) {
 }
 
 #ifdef XENT_TEST_HAVE_CUDA
+
+static const char *layout_name[3] = {"logits (A, B K-major)", "dX (B N-major)",
+                                     "dW (A M-major, B N-major)"};
 
 #define CK(call)                                                              \
   do {                                                                        \
