@@ -18,6 +18,9 @@ Providers (each skipped, with a printed reason, when it is missing or cannot run
     all the logits in memory), xent_own (xent's own Hopper products, where they run)
                     (on request) the same with schedule="rows" or "vocab" asked for
     liger_flce      the peer's LigerFusedLinearCrossEntropyLoss (Triton, chunked)
+    liger_sm90      the peer's Hopper kernel (CuTe DSL GEMMs, all the logits; liger-kernel 0.8.5
+                    with nvidia-cutlass-dsl)
+    quack           QuACK's chunked_linear_cross_entropy (quack-kernels; CuTe DSL GEMMs)
     cce             cut_cross_entropy.linear_cross_entropy, its default gradient filter
     cce_exact       the same with filter_eps=None (no filtering: every gradient exact)
     torch_fp32ce    F.cross_entropy((x @ W.T).float(), y): the logits upcast, as Hugging
@@ -71,13 +74,14 @@ import results_csv  # noqa: E402
 
 SHAPES = [(8192, 4096, 128256), (8192, 2304, 256000), (4096, 4096, 128256), (8192, 2048, 128256)]
 SWEEP_BT = [2048, 4096, 8192, 16384, 32768]
-PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "cce", "cce_exact",
-             "torch_fp32ce", "torch_bf16ce", "torch_compile", "torch_lce", "torch_lce_chunked"]
+PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "liger_sm90", "quack", "cce",
+             "cce_exact", "torch_fp32ce", "torch_bf16ce", "torch_compile", "torch_lce",
+             "torch_lce_chunked"]
 # on request only: xent with its schedule fixed (xent.h, "schedule")
 EXTRA_PROVIDERS = ["xent_rows", "xent_vocab", "xent_fp32accum_rows", "xent_fp32accum_vocab",
                    "xent_all", "xent_own"]
 # without dX these would time another step than the floor's
-FULL_STEP_ONLY = ["liger_flce", "cce", "cce_exact"]
+FULL_STEP_ONLY = ["liger_flce", "liger_sm90", "quack", "cce", "cce_exact"]
 CHUNK_BUDGETS_MIB = [32, 64, 128, 256, 512, 1024]
 
 
@@ -192,6 +196,20 @@ def make_providers(torch, names: List[str]):
                 out[n] = ((lambda x, w, y, fn=fn: fn(w, x, y)), None)
             except Exception as e:
                 out[n] = (None, f"liger_kernel not importable: {type(e).__name__}: {e}")
+        elif n == "liger_sm90":
+            try:  # the peer's Hopper kernel: persistent CuTe DSL GEMMs, all the logits in memory
+                from liger_kernel.ops.cutedsl.ops.fused_linear_cross_entropy_sm90 import (
+                    liger_fused_linear_cross_entropy_sm90)
+                out[n] = ((lambda x, w, y: liger_fused_linear_cross_entropy_sm90(x, w, y)), None)
+            except Exception as e:
+                out[n] = (None, "liger_kernel's SM90 kernel not importable (liger-kernel 0.8.5 "
+                          f"and nvidia-cutlass-dsl): {type(e).__name__}: {e}")
+        elif n == "quack":
+            try:  # QuACK's chunked linear cross-entropy (its own GEMMs, 4096-row chunks)
+                from quack.linear_cross_entropy import chunked_linear_cross_entropy
+                out[n] = ((lambda x, w, y: chunked_linear_cross_entropy(x, w, y)), None)
+            except Exception as e:
+                out[n] = (None, f"quack not importable: {type(e).__name__}: {e}")
         elif n in ("cce", "cce_exact"):
             try:
                 from cut_cross_entropy import linear_cross_entropy
@@ -387,7 +405,7 @@ def main(argv=None) -> int:
     except Exception:
         pass
     print(f"linear.py  {stamp}  {dev_name}  torch {torch.__version__}  xent {xent_version}")
-    for pkg in ("liger-kernel", "cut-cross-entropy"):
+    for pkg in ("liger-kernel", "cut-cross-entropy", "nvidia-cutlass-dsl", "quack-kernels"):
         try:
             from importlib.metadata import version
             print(f"{pkg} {version(pkg)}")
