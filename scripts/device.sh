@@ -79,11 +79,33 @@ trap 'rm -rf "$LOGS"' EXIT
 stamp "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem \
   --format=csv,noheader 2>&1)"
 
-# Python packages carried as wheels (the peers, for compare and linear).
-if ls .whl/*.whl >/dev/null 2>&1; then
+# Python packages carried as wheels (the peers, for compare and linear). A wheel too large
+# for one call's carry travels in pieces (scripts/peer_wheels.sh: .whl/parts/NAME.whl.part-*
+# and NAME.whl.count); each call leaves its pieces in /tmp/xent-parts, and a wheel whose
+# pieces are all there (the machine still warm) is put together and installed with the rest.
+shopt -s nullglob
+wheels=(.whl/*.whl)
+shopt -u nullglob
+if ls .whl/parts/*.count >/dev/null 2>&1; then
+  mkdir -p /tmp/xent-parts
+  cp .whl/parts/*.part-* /tmp/xent-parts/ 2>/dev/null
+  for count in .whl/parts/*.count; do
+    name=$(basename "$count" .count)
+    have=$(ls /tmp/xent-parts/"$name".part-* 2>/dev/null | wc -l)
+    if [ "$have" = "$(cat "$count")" ]; then
+      cat /tmp/xent-parts/"$name".part-* >/tmp/xent-parts/"$name" && wheels+=(/tmp/xent-parts/"$name")
+    else
+      stamp "wheel $name: $have of $(cat "$count") pieces here so far"
+    fi
+  done
+fi
+if [ ${#wheels[@]} -gt 0 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "${TMPDIR:-/tmp}/xent-site" .whl/*.whl >"$LOGS/wheels.log" 2>&1 &&
+    --target "${TMPDIR:-/tmp}/xent-site" "${wheels[@]}" >"$LOGS/wheels.log" 2>&1 &&
     export PYTHONPATH="${TMPDIR:-/tmp}/xent-site"
+  # nvidia-cutlass-dsl's modules (a .pth names them, which --target does not read)
+  dsl="${TMPDIR:-/tmp}/xent-site/nvidia_cutlass_dsl/dsl_packages"
+  [ -d "$dsl" ] && export PYTHONPATH="$PYTHONPATH:$dsl"
 fi
 scripts/deps.sh >"$LOGS/deps.log" 2>&1
 . scripts/env.sh
