@@ -8,7 +8,9 @@ keeps it):
   logits  Z = X_c W^T      (m, n, k) = (c, V, H)
   dX      dX = G W         (c, H, V)
   dW      dW += G^T X_c    (V, H, c), D read and written (beta 1)
-at c = the default chunk and c = BT. Each engine: the median of --iters CUDA-event
+at c = the default chunk and c = BT. Engines: xent (its tile rule, register epilogue),
+xent_n128 / xent_n256 (a tile's columns forced), xent_tma (the TMA epilogue), xent_c2 (pairs
+of blocks sharing B by multicast, TMA epilogue), cublaslt, torch (torch.mm). Each engine: the median of --iters CUDA-event
 timings after --warmup, ms and TFLOP/s, and its ratio to cuBLASLt; the largest
 difference from cuBLASLt's output relative to its largest value (a check, not a
 result: the tests compare with float64). bf16.
@@ -39,12 +41,13 @@ class Gemm(ctypes.Structure):
         ("d", ctypes.c_void_p), ("ldd", ctypes.c_int64), ("d_dtype", ctypes.c_int),
         ("bias", ctypes.c_void_p),
         ("accumulate", ctypes.c_int), ("tile_n", ctypes.c_int), ("tma_epilogue", ctypes.c_int),
+        ("cluster_m", ctypes.c_int),
         ("device", ctypes.c_int), ("stream", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
     ]
 
 
-ENGINES = ["xent", "xent_n128", "xent_n256", "xent_tma", "cublaslt", "torch"]
+ENGINES = ["xent", "xent_n128", "xent_n256", "xent_tma", "xent_c2", "cublaslt", "torch"]
 
 
 def main(argv=None):
@@ -102,12 +105,19 @@ def main(argv=None):
             mm = lambda out: out.addmm_(Gc[:, :V].t(), Xc)  # noqa: E731
         return m, n, k, shape, ldd, spec, mm
 
-    def xent_call(engine, m, n, k, ldd, spec, out, tile_n=0, tma=0):
+    def engine_args(e):
+        """(engine, tile_n, tma_epilogue, cluster_m) of one of ENGINES but torch."""
+        if e == "cublaslt":
+            return 1, 0, 0, 0
+        return (0, {"xent_n128": 128, "xent_n256": 256}.get(e, 0),
+                1 if e in ("xent_tma", "xent_c2") else 0, 2 if e == "xent_c2" else 0)
+
+    def xent_call(engine, tile_n, tma, cluster, m, n, k, ldd, spec, out):
         g = Gemm(engine=engine, m=m, n=n, k=k, a=spec["a"].data_ptr(), lda=spec["lda"],
                  a_m_major=spec["amn"], b=spec["b"].data_ptr(), ldb=spec["ldb"],
                  b_n_major=spec["bnn"], dtype=_lib.XENT_BFLOAT16, d=out.data_ptr(), ldd=ldd,
                  d_dtype=_lib.XENT_BFLOAT16, bias=None, accumulate=spec["acc"], tile_n=tile_n,
-                 tma_epilogue=tma, device=dev.index or 0, stream=stream,
+                 tma_epilogue=tma, cluster_m=cluster, device=dev.index or 0, stream=stream,
                  workspace=ws.data_ptr(), workspace_bytes=ws.numel())
         st = lib.xent_experimental_gemm_run(ctypes.byref(g))
         if st != 0:
@@ -136,18 +146,14 @@ def main(argv=None):
             flop = 2.0 * m * n * k
             start = (torch.rand(shape, device=dev, generator=gen) * 2e-2 - 1e-2).to(bf)
             ref = start.clone()
-            xent_call(1, m, n, k, ldd, spec, ref)
+            xent_call(*engine_args("cublaslt"), m, n, k, ldd, spec, ref)
             res = {}
             for e in engines:
                 out = start.clone()
                 if e == "torch":
                     fn = lambda: mm(out)  # noqa: E731
-                elif e == "cublaslt":
-                    fn = lambda: xent_call(1, m, n, k, ldd, spec, out)  # noqa: E731
                 else:
-                    tile = {"xent_n128": 128, "xent_n256": 256}.get(e, 0)
-                    fn = lambda: xent_call(0, m, n, k, ldd, spec, out, tile,  # noqa: E731
-                                           1 if e == "xent_tma" else 0)
+                    fn = lambda: xent_call(*engine_args(e), m, n, k, ldd, spec, out)  # noqa: E731
                 try:
                     fn()
                 except RuntimeError as err:
@@ -161,9 +167,7 @@ def main(argv=None):
                 else:
                     again = start.clone()
                     (mm(again) if e == "torch" else
-                     xent_call(1 if e == "cublaslt" else 0, m, n, k, ldd, spec, again,
-                               {"xent_n128": 128, "xent_n256": 256}.get(e, 0),
-                               1 if e == "xent_tma" else 0))
+                     xent_call(*engine_args(e), m, n, k, ldd, spec, again))
                     diff = ((again.float() - ref.float()).abs().max()
                             / ref.float().abs().max().clamp_min(1e-30)).item()
                 ms = timed(fn)

@@ -147,6 +147,9 @@ typedef struct xent_experimental_gemm {
   int tma_epilogue;       /* xent: D written through TMA boxes, and when
                              accumulating added in L2 in D's type (a 16-bit D is
                              then rounded twice: the product's part, the sum)      */
+  int cluster_m;          /* xent: 2 runs pairs of blocks on vertically adjacent tiles
+                             that share B's loads (TMA multicast; 256-column tiles);
+                             0 or 1: none                                           */
   int device;
   void *stream;           /* a cudaStream_t; NULL: the default stream              */
   void *workspace;        /* cuBLASLt's workspace on the device, or NULL            */

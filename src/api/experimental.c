@@ -142,5 +142,8 @@ xent_status xent_experimental_gemm_run(const xent_experimental_gemm *g) {
                      "a_m_major, b_n_major, accumulate and tma_epilogue are 0 or 1");
   if (g->tile_n != 0 && g->tile_n != 128 && g->tile_n != 256)
     return xent_fail(XENT_ERROR_BAD_ARGUMENT, "tile_n is %d; it must be 0, 128 or 256", g->tile_n);
+  if (!in_range(g->cluster_m, 0, 2))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "cluster_m is %d; it must be 0, 1 or 2",
+                     g->cluster_m);
   return xent_cuda_gemm(g);
 }

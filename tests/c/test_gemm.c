@@ -35,6 +35,7 @@ typedef struct gcase {
   int layout;
   xent_dtype dt, ddt;
   int bias, accumulate, tile_n, tma;
+  int cluster; /* cluster_m */
 } gcase;
 
 static xent_experimental_gemm describe(const gcase *c, int engine) {
@@ -55,6 +56,7 @@ static xent_experimental_gemm describe(const gcase *c, int engine) {
   g.accumulate = c->accumulate;
   g.tile_n = c->tile_n;
   g.tma_epilogue = c->tma;
+  g.cluster_m = c->cluster;
   return g;
 }
 
@@ -62,7 +64,7 @@ static void test_gemm_args(void **state) {
   (void)state;
   /* the arguments are checked before any backend is asked: host pointers do */
   static uint16_t a[64], b[64], d[64];
-  gcase c = {4, 4, 4, KK, XENT_BFLOAT16, XENT_BFLOAT16, 0, 0, 0, 0};
+  gcase c = {4, 4, 4, KK, XENT_BFLOAT16, XENT_BFLOAT16, 0, 0, 0, 0, 0};
   xent_experimental_gemm g = describe(&c, XENT_EXPERIMENTAL_GEMM_XENT);
   g.lda = g.ldb = g.ldd = 4;
   g.a = a;
@@ -94,6 +96,8 @@ static void test_gemm_args(void **state) {
   x = g; x.accumulate = 2;
   assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ARGUMENT);
   x = g; x.tile_n = 64;
+  assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ARGUMENT);
+  x = g; x.cluster_m = 3;
   assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ARGUMENT);
   for (size_t i = 0; i < 64; i++) assert_int_equal(d[i], 0x5A5A); /* D untouched */
   /* the fused linear loss's choice of engine (xent_experimental.products): 0 to 2 */
@@ -268,7 +272,7 @@ static const int64_t shapes[][3] = {{1, 1, 1},     {7, 129, 129},  {129, 7, 300}
                                     {2000, 1100, 64}, {64, 256, 64}};
 enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
 
-static void cuda_products(int engine, const char *test) {
+static void cuda_products(int engine, int cluster, const char *test) {
   if (!have_gpu()) skip();
   xt_rng rng = xt_rng_for(test);
   const int expected = engine == XENT_EXPERIMENTAL_GEMM_CUBLASLT || xent_gemm_expected();
@@ -279,12 +283,13 @@ static void cuda_products(int engine, const char *test) {
       const int v = s * 3 + layout;
       gcase c = {shapes[s][0], shapes[s][1], shapes[s][2], layout,
                  v % 2 ? XENT_FLOAT16 : XENT_BFLOAT16, XENT_BFLOAT16, (v / 2) % 2, (v / 3) % 2,
-                 (int[]){0, 128, 256}[v % 3], 0};
+                 (int[]){0, 128, 256}[v % 3], 0, 0};
       c.ddt = c.dt;
       if (layout == MN && v % 4 == 1) c.ddt = XENT_FLOAT32; /* the fp32 weight gradient */
       if (layout == MN) c.accumulate = v % 5 != 0;           /* dW adds up over chunks  */
       if (engine == XENT_EXPERIMENTAL_GEMM_XENT) c.tma = (v / 4) % 2;
       if (engine == XENT_EXPERIMENTAL_GEMM_CUBLASLT) c.tile_n = 0, c.tma = 0;
+      if (cluster) c.cluster = cluster, c.tile_n = 0; /* pairs take 256-column tiles */
       const xent_status st = run_case(&c, engine, &rng, &worst);
       if (expected) {
         if (st != XENT_OK)
@@ -300,12 +305,19 @@ static void cuda_products(int engine, const char *test) {
 
 static void test_cuda_gemm_xent(void **state) {
   (void)state;
-  cuda_products(XENT_EXPERIMENTAL_GEMM_XENT, "test_cuda_gemm_xent");
+  cuda_products(XENT_EXPERIMENTAL_GEMM_XENT, 0, "test_cuda_gemm_xent");
+}
+
+/* Pairs of blocks sharing B by multicast: the same products (an odd number
+ * of row tiles leaves the second block of the last pair with rows past m). */
+static void test_cuda_gemm_xent_clusters(void **state) {
+  (void)state;
+  cuda_products(XENT_EXPERIMENTAL_GEMM_XENT, 2, "test_cuda_gemm_xent_clusters");
 }
 
 static void test_cuda_gemm_cublaslt(void **state) {
   (void)state;
-  cuda_products(XENT_EXPERIMENTAL_GEMM_CUBLASLT, "test_cuda_gemm_cublaslt");
+  cuda_products(XENT_EXPERIMENTAL_GEMM_CUBLASLT, 0, "test_cuda_gemm_cublaslt");
 }
 
 /* What xent's GEMM does not take is refused with a reason and D untouched:
@@ -316,12 +328,12 @@ static void test_cuda_gemm_refusals(void **state) {
   if (!have_gpu()) skip();
   xt_rng rng = xt_rng_for("test_cuda_gemm_refusals");
   double worst = 0;
-  const gcase bad = {64, 64, 64, KK, XENT_BFLOAT16, XENT_FLOAT32, 0, 0, 0, 0};
+  const gcase bad = {64, 64, 64, KK, XENT_BFLOAT16, XENT_FLOAT32, 0, 0, 0, 0, 0};
   assert_int_equal(run_case(&bad, XENT_EXPERIMENTAL_GEMM_XENT, &rng, &worst),
                    XENT_ERROR_UNSUPPORTED);
   uint16_t *d;
   CK(cudaMalloc((void **)&d, 64 * 72 * 2));
-  gcase c = {64, 64, 64, KK, XENT_BFLOAT16, XENT_BFLOAT16, 0, 0, 0, 0};
+  gcase c = {64, 64, 64, KK, XENT_BFLOAT16, XENT_BFLOAT16, 0, 0, 0, 0, 0};
   xent_experimental_gemm g = describe(&c, XENT_EXPERIMENTAL_GEMM_XENT);
   g.a = g.b = g.d = d;
   g.lda = g.ldb = g.ldd = 64;
@@ -342,6 +354,7 @@ static void test_cuda_gemm_refusals(void **state) {
 
 #else
 static void test_cuda_gemm_xent(void **state) { (void)state; skip(); }
+static void test_cuda_gemm_xent_clusters(void **state) { (void)state; skip(); }
 static void test_cuda_gemm_cublaslt(void **state) { (void)state; skip(); }
 static void test_cuda_gemm_refusals(void **state) { (void)state; skip(); }
 #endif
@@ -352,6 +365,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_gemm_xent),
       cmocka_unit_test(test_cuda_gemm_cublaslt),
       cmocka_unit_test(test_cuda_gemm_refusals),
+      cmocka_unit_test(test_cuda_gemm_xent_clusters), /* last: a hang leaves the rest reported */
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

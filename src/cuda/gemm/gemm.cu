@@ -51,11 +51,34 @@ bool encode(CUtensorMap *m, const void *p, xent_dtype t, uint64_t inner, uint64_
                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <typename T, typename TD, int BN, bool AMN, bool BMN, bool EPI>
+/* Clusters of CM blocks of this kernel that the device holds at once (one
+ * block per SM for CM = 1), per device, asked once. */
+template <typename K>
+xent_status resident_clusters(K kern, int CM, int smem, int dev, int *out) {
+  static int known[32]; /* 0: not asked yet (one table per kernel) */
+  int n = __atomic_load_n(&known[dev], __ATOMIC_ACQUIRE);
+  if (!n) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    cfg.gridDim = dim3((unsigned)CM, 1, 1);
+    cfg.blockDim = dim3(gemm::kThreads, 1, 1);
+    cfg.dynamicSmemBytes = (size_t)smem;
+    set_cluster(&cfg, attr, CM, true);
+    CK(cudaOccupancyMaxActiveClusters(&n, kern, &cfg));
+    if (n < 1)
+      return xent_fail(XENT_ERROR_UNSUPPORTED,
+                       "no cluster of %d blocks of xent's GEMM fits this GPU", CM);
+    __atomic_store_n(&known[dev], n, __ATOMIC_RELEASE);
+  }
+  *out = n;
+  return XENT_OK;
+}
+
+template <typename T, typename TD, int BN, bool AMN, bool BMN, bool EPI, int CM>
 xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stream, int group_m) {
   using namespace gemm;
   constexpr int smem = sm90_smem<BN, EPI>();
-  auto kern = sm90_gemm_kernel<T, TD, BN, AMN, BMN, EPI>;
+  auto kern = sm90_gemm_kernel<T, TD, BN, AMN, BMN, EPI, CM>;
   /* once per device and kernel: more shared memory than the default 48 KiB */
   static unsigned set_on = 0; /* a bit per device (xent serves devices 0-31 here) */
   int dev = 0;
@@ -66,31 +89,48 @@ xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stre
     CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     __atomic_fetch_or(&set_on, 1u << dev, __ATOMIC_RELEASE);
   }
+  /* each block of a pair loads half of B's rows (K-major) or every other box */
   CUtensorMap ma, mb, md = {};
   const bool ok =
       (AMN ? encode(&ma, p.a, p.ab_type, p.m, p.k, p.lda, kBK)
            : encode(&ma, p.a, p.ab_type, p.k, p.m, p.lda, kBM)) &&
       (BMN ? encode(&mb, p.b, p.ab_type, p.n, p.k, p.ldb, kBK)
-           : encode(&mb, p.b, p.ab_type, p.k, p.n, p.ldb, BN)) &&
+           : encode(&mb, p.b, p.ab_type, p.k, p.n, p.ldb, BN / CM)) &&
       (!EPI || encode(&md, p.d, p.d_type, p.n, p.m, p.ldd, 64));
   if (!ok)
     return xent_fail(XENT_ERROR_UNSUPPORTED,
                      "the driver refused a tensor map of a %lld x %lld x %lld product",
                      (long long)p.m, (long long)p.n, (long long)p.k);
-  const int64_t tiles = ((p.m + kBM - 1) / kBM) * ((p.n + BN - 1) / BN);
+  /* persistent: as many blocks (clusters) as run at once, no more than the walk has steps */
+  const int64_t steps = ((p.m + (int64_t)kBM * CM - 1) / ((int64_t)kBM * CM)) * ((p.n + BN - 1) / BN);
+  int resident = dp.sms;
+  if (CM > 1) {
+    xent_status st = resident_clusters(kern, CM, smem, dev, &resident);
+    if (st) return st;
+  }
+  const unsigned clusters = (unsigned)(steps < resident ? steps : resident);
   const sm90_args g = {(int)p.m, (int)p.n, (int)p.k, group_m, p.d, p.ldd, p.bias, p.accumulate};
-  kern<<<(unsigned)(tiles < dp.sms ? tiles : dp.sms), kThreads, smem, stream>>>(ma, mb, md, g);
-  CK(cudaGetLastError());
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = dim3(clusters * CM, 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  set_cluster(&cfg, attr, CM, false);
+  CK(cudaLaunchKernelEx(&cfg, kern, ma, mb, md, g));
   return XENT_OK;
 }
 
 template <typename T, typename TD, bool AMN, bool BMN>
 xent_status by_tile(const gemm_product &p, const dev_props &dp, cudaStream_t s, int bn, int gm) {
+  if (p.cluster_m == 2) /* pairs take 256-column tiles only (gemm_sm90_refusal) */
+    return p.tma_epilogue ? launch<T, TD, 256, AMN, BMN, true, 2>(p, dp, s, gm)
+                          : launch<T, TD, 256, AMN, BMN, false, 2>(p, dp, s, gm);
   if (p.tma_epilogue)
-    return bn == 256 ? launch<T, TD, 256, AMN, BMN, true>(p, dp, s, gm)
-                     : launch<T, TD, 128, AMN, BMN, true>(p, dp, s, gm);
-  return bn == 256 ? launch<T, TD, 256, AMN, BMN, false>(p, dp, s, gm)
-                   : launch<T, TD, 128, AMN, BMN, false>(p, dp, s, gm);
+    return bn == 256 ? launch<T, TD, 256, AMN, BMN, true, 1>(p, dp, s, gm)
+                     : launch<T, TD, 128, AMN, BMN, true, 1>(p, dp, s, gm);
+  return bn == 256 ? launch<T, TD, 256, AMN, BMN, false, 1>(p, dp, s, gm)
+                   : launch<T, TD, 128, AMN, BMN, false, 1>(p, dp, s, gm);
 }
 
 template <typename T>
@@ -119,6 +159,8 @@ const char *gemm_sm90_refusal(const gemm_product &p, const dev_props &dp) {
   if (p.d_type != p.ab_type && !(p.d_type == XENT_FLOAT32 && p.a_mn))
     return "xent's GEMM writes D in the operands' type (fp32 only for an M-major A)";
   if (p.bn != 0 && p.bn != 128 && p.bn != 256) return "the tile's columns are 128 or 256";
+  if (p.cluster_m < 0 || p.cluster_m > 2) return "clusters along M are of 1 or 2 blocks";
+  if (p.cluster_m == 2 && p.bn == 128) return "clusters of 2 blocks take 256-column tiles";
   if (p.m < 1 || p.n < 1 || p.k < 1 || p.m > INT32_MAX || p.n > INT32_MAX || p.k > INT32_MAX)
     return "xent's GEMM takes extents from 1 to 2^31 - 1";
   const int64_t ds = xent_dtype_size(p.d_type);
@@ -135,7 +177,7 @@ bool gemm_from_lt(const lt_gemm &g, bool tma_epilogue, gemm_product *p) {
   /* column-major D (m x n) is row-major D^T (n x m): rows of op(B)^T times
    * rows of op(A) */
   *p = {g.n, g.m, g.k, g.b, g.ldb, g.trans_b, g.a, g.lda, !g.trans_a, g.a_type, g.d, g.ldd,
-        g.d_type, g.bias, g.beta == 1.0f, 0, 0, tma_epilogue};
+        g.d_type, g.bias, g.beta == 1.0f, 0, 0, tma_epilogue, 0};
   return true;
 }
 
@@ -143,7 +185,7 @@ xent_status gemm_sm90(const gemm_product &p, const dev_props &dp, cudaStream_t s
   const char *why = gemm_sm90_refusal(p, dp);
   if (why) return xent_fail(XENT_ERROR_UNSUPPORTED, "%s", why);
   /* BN 256 (the larger tile reads less per product) unless it leaves SMs idle */
-  int bn = p.bn;
+  int bn = p.cluster_m == 2 ? 256 : p.bn;
   if (bn == 0) {
     const int64_t tiles256 = ((p.m + 127) / 128) * ((p.n + 255) / 256);
     bn = tiles256 < dp.sms ? 128 : 256;
@@ -170,7 +212,8 @@ extern "C" xent_status xent_cuda_gemm(const xent_experimental_gemm *x) {
   if (!st && x->engine == XENT_EXPERIMENTAL_GEMM_XENT) {
     const gemm_product p = {x->m, x->n, x->k, x->a, x->lda, x->a_m_major != 0, x->b, x->ldb,
                             x->b_n_major != 0, x->dtype, x->d, x->ldd, x->d_dtype, x->bias,
-                            x->accumulate != 0, x->tile_n, 0, x->tma_epilogue != 0};
+                            x->accumulate != 0, x->tile_n, 0, x->tma_epilogue != 0,
+                            x->cluster_m};
     st = gemm_sm90(p, dp, stream);
   } else if (!st) {
     /* row-major D is column-major D^T (n x m) = op(B) op(A): B's storage as

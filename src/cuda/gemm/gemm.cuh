@@ -37,6 +37,7 @@ struct gemm_product {
   int bn;            /* the tile's columns: 128 or 256; 0: the rule (gemm.cu) */
   int group_m;       /* row tiles walked together; 0: the rule */
   bool tma_epilogue; /* D through TMA boxes: stored, or added in L2 in D's type */
+  int cluster_m;     /* 2: pairs of blocks along M sharing B by multicast (BN 256); 0 or 1: none */
 };
 
 /* The product of `g` (cuBLAS's column-major terms, as lt_matmul takes it)

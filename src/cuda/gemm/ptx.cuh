@@ -52,6 +52,35 @@ __device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, int 
       "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(smem_u32(b))
       : "memory");
 }
+/* The same box multicast to the same place in the shared memory of every
+ * block of the cluster named in `mask`, each block's barrier at b's offset
+ * counting the bytes that land there. */
+__device__ __forceinline__ void tma_load_multicast(void *dst, const CUtensorMap *map, int c0,
+                                                   int c1, uint64_t *b, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(smem_u32(dst)),
+      "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(smem_u32(b)), "h"(mask)
+      : "memory");
+}
+/* An arrival on the barrier at b's offset in block `rank` of the cluster. */
+__device__ __forceinline__ void bar_arrive_cluster(uint64_t *b, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(b)), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote)
+               : "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+/* Every thread of every block of the cluster (release / acquire). */
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::
+                   : "memory");
+}
+
 /* A box from shared memory to the tensor at (c0, c1), written or (ADD) added
  * in the tensor's type where it lies in L2; what falls outside is dropped.
  * One bulk group per box. */

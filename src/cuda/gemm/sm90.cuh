@@ -98,11 +98,25 @@ __device__ __forceinline__ void tile_of(int t, int tm, int tn, int gm, int *pm, 
   *pn = r / size;
 }
 
-template <typename T, typename TD, int BN, bool AMN, bool BMN, bool TMA_EPI>
+/* A stage is free again: each consumer warp tells every block of the cluster
+ * whose producer wrote into it (all of them, with multicast). */
+template <int CM>
+__device__ __forceinline__ void release_stage(uint64_t *empty) {
+  if constexpr (CM == 1)
+    bar_arrive(empty);
+  else
+    for (uint32_t r = 0; r < (uint32_t)CM; r++) bar_arrive_cluster(empty, r);
+}
+
+/* CM: blocks of a cluster along M (1 or 2). With 2, the pair takes row tiles
+ * 2 i and 2 i + 1 of the same column tile, and each block loads half of the
+ * shared B tile and multicasts it to both: B is read from L2 once per pair. */
+template <typename T, typename TD, int BN, bool AMN, bool BMN, bool TMA_EPI, int CM>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb,
                      const __grid_constant__ CUtensorMap md, sm90_args g) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 blocks");
   constexpr int STAGES = sm90_stages<BN>();
   constexpr int A_BYTES = kBM * kBK * 2, ST = A_BYTES + BN * kBK * 2;
   extern __shared__ unsigned char smem_raw[];
@@ -110,145 +124,168 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char *boxes = smem + STAGES * ST;
   uint64_t *full = (uint64_t *)(boxes + (TMA_EPI ? 4 * kChunk : 0)), *empty = full + STAGES;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const int rank = CM == 1 ? 0 : (int)cluster_rank();
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; s++) {
       bar_init(&full[s], 1);
-      bar_init(&empty[s], 8); /* lane 0 of each consumer warp */
+      bar_init(&empty[s], 8 * CM); /* lane 0 of each consumer warp of the cluster */
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
-  const int tm = (g.m + kBM - 1) / kBM, tn = (g.n + BN - 1) / BN, tiles = tm * tn;
+  if constexpr (CM == 1)
+    __syncthreads();
+  else
+    cluster_sync(); /* no block arrives on or writes into a peer's barriers before they exist */
+  /* the walk over pairs (CM = 2) of row tiles: both blocks of a cluster take the same steps */
+  const int tm = (g.m + kBM - 1) / kBM, tn = (g.n + BN - 1) / BN;
+  const int tmc = (tm + CM - 1) / CM, tiles = tmc * tn, first = blockIdx.x / CM, step = gridDim.x / CM;
   const int nk = (g.k + kBK - 1) / kBK;
   if (wg == 0) { /* the producer */
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    if (tid != 0) return;
+    if (tid == 0) {
+      int it = 0;
+      for (int t = first; t < tiles; t += step) {
+        int pm, pn;
+        tile_of(t, tmc, tn, g.group_m, &pm, &pn);
+        pm = pm * CM + rank;
+        for (int kb = 0; kb < nk; kb++, it++) {
+          const int s = it % STAGES;
+          bar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
+          bar_expect(&full[s], ST); /* A's bytes and all of B's, half of them from the peer */
+          unsigned char *sa = smem + s * ST, *sb = sa + A_BYTES;
+          if (AMN) /* boxes of BK rows of K by 64 values along M */
+            for (int j = 0; j < kBM / 64; j++)
+              tma_load(sa + j * kChunk, &ma, pm * kBM + 64 * j, kb * kBK, &full[s]);
+          else /* one box of BM rows by BK values */
+            tma_load(sa, &ma, kb * kBK, pm * kBM, &full[s]);
+          if constexpr (CM == 1) {
+            if (BMN)
+              for (int j = 0; j < BN / 64; j++)
+                tma_load(sb + j * kChunk, &mb, pn * BN + 64 * j, kb * kBK, &full[s]);
+            else
+              tma_load(sb, &mb, kb * kBK, pn * BN, &full[s]);
+          } else { /* this block's half of B, to both */
+            const uint16_t both = (1u << CM) - 1;
+            if (BMN)
+              for (int j = rank; j < BN / 64; j += CM)
+                tma_load_multicast(sb + j * kChunk, &mb, pn * BN + 64 * j, kb * kBK, &full[s], both);
+            else
+              tma_load_multicast(sb + rank * (BN / CM) * 128, &mb, kb * kBK,
+                                 pn * BN + rank * (BN / CM), &full[s], both);
+          }
+        }
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int c = wg - 1, warp = tid / 32, lane = tid % 32;
+    float acc[BN / 2];
     int it = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    for (int t = first; t < tiles; t += step) {
       int pm, pn;
-      tile_of(t, tm, tn, g.group_m, &pm, &pn);
+      tile_of(t, tmc, tn, g.group_m, &pm, &pn);
+      pm = pm * CM + rank;
       for (int kb = 0; kb < nk; kb++, it++) {
         const int s = it % STAGES;
-        bar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
-        bar_expect(&full[s], ST);
-        unsigned char *sa = smem + s * ST, *sb = sa + A_BYTES;
-        if (AMN) /* boxes of BK rows of K by 64 values along M */
-          for (int j = 0; j < kBM / 64; j++)
-            tma_load(sa + j * kChunk, &ma, pm * kBM + 64 * j, kb * kBK, &full[s]);
-        else /* one box of BM rows by BK values */
-          tma_load(sa, &ma, kb * kBK, pm * kBM, &full[s]);
-        if (BMN)
-          for (int j = 0; j < BN / 64; j++)
-            tma_load(sb + j * kChunk, &mb, pn * BN + 64 * j, kb * kBK, &full[s]);
-        else
-          tma_load(sb, &mb, kb * kBK, pn * BN, &full[s]);
+        bar_wait(&full[s], (it / STAGES) & 1);
+        /* this consumer's 64 rows of A lie kChunk into the stage in either
+         * layout (64 K-major rows of 128 bytes, or the second 64-wide M box) */
+        const uint32_t a0 = smem_u32(smem + s * ST) + c * kChunk, b0 = smem_u32(smem + s * ST + A_BYTES);
+        wgmma_fence();
+  #pragma unroll
+        for (int kk = 0; kk < kBK / 16; kk++) {
+          /* 16 more values of K: 32 bytes along a K-major row, or two 1 KiB
+           * atoms of an MN-major box */
+          const uint64_t da = AMN ? smem_desc(a0 + kk * 2048, kChunk, 1024) : smem_desc(a0 + kk * 32, 16, 1024);
+          const uint64_t db = BMN ? smem_desc(b0 + kk * 2048, kChunk, 1024) : smem_desc(b0 + kk * 32, 16, 1024);
+          wg_op<T>::template mma<BN, AMN, BMN>(acc, da, db, (kb | kk) != 0);
+        }
+        wgmma_commit();
+        wgmma_wait<1>(); /* the previous stage's products are done: free it */
+        if (kb > 0 && lane == 0) release_stage<CM>(&empty[(it - 1) % STAGES]);
       }
-    }
-    return;
-  }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-  const int c = wg - 1, warp = tid / 32, lane = tid % 32;
-  float acc[BN / 2];
-  int it = 0;
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-    int pm, pn;
-    tile_of(t, tm, tn, g.group_m, &pm, &pn);
-    for (int kb = 0; kb < nk; kb++, it++) {
-      const int s = it % STAGES;
-      bar_wait(&full[s], (it / STAGES) & 1);
-      /* this consumer's 64 rows of A lie kChunk into the stage in either
-       * layout (64 K-major rows of 128 bytes, or the second 64-wide M box) */
-      const uint32_t a0 = smem_u32(smem + s * ST) + c * kChunk, b0 = smem_u32(smem + s * ST + A_BYTES);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBK / 16; kk++) {
-        /* 16 more values of K: 32 bytes along a K-major row, or two 1 KiB
-         * atoms of an MN-major box */
-        const uint64_t da = AMN ? smem_desc(a0 + kk * 2048, kChunk, 1024) : smem_desc(a0 + kk * 32, 16, 1024);
-        const uint64_t db = BMN ? smem_desc(b0 + kk * 2048, kChunk, 1024) : smem_desc(b0 + kk * 32, 16, 1024);
-        wg_op<T>::template mma<BN, AMN, BMN>(acc, da, db, (kb | kk) != 0);
-      }
-      wgmma_commit();
-      wgmma_wait<1>(); /* the previous stage's products are done: free it */
-      if (kb > 0 && lane == 0) bar_arrive(&empty[(it - 1) % STAGES]);
-    }
-    wgmma_wait<0>();
-    if (lane == 0 && nk > 0) bar_arrive(&empty[(it - 1) % STAGES]);
-    if (nk == 0)
-      for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
-    /* thread (warp w, lane l) holds, for each 8 columns j, rows 16 w + l / 4
-     * and + 8, columns 8 j + 2 (l % 4) and + 1 */
-    const int rr = warp * 16 + lane / 4;
-    if constexpr (TMA_EPI) {
-      /* BC columns at a time (128 bytes of D's type: 64 16-bit values or 32
-       * fp32) into a 64-row box swizzled as the TMA unit reads it (16-byte
-       * chunk x of row r at chunk x ^ (r % 8)), sent by one thread; a box is
-       * rewritten once its last store has read it */
-      constexpr int BC = 128 / (int)sizeof(TD);
-      unsigned char *box0 = boxes + c * 2 * kChunk;
-#pragma unroll
-      for (int q = 0; q < BN / BC; q++) {
-        unsigned char *box = box0 + (q & 1) * kChunk;
-        if (tid == 0) tma_store_wait<1>();
-        warpgroup_sync(1 + c);
-#pragma unroll
-        for (int jj = 0; jj < BC / 8; jj++)
-#pragma unroll
+      wgmma_wait<0>();
+      if (lane == 0 && nk > 0) release_stage<CM>(&empty[(it - 1) % STAGES]);
+      if (nk == 0)
+        for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+      /* thread (warp w, lane l) holds, for each 8 columns j, rows 16 w + l / 4
+       * and + 8, columns 8 j + 2 (l % 4) and + 1 */
+      const int rr = warp * 16 + lane / 4;
+      if constexpr (TMA_EPI) {
+        /* BC columns at a time (128 bytes of D's type: 64 16-bit values or 32
+         * fp32) into a 64-row box swizzled as the TMA unit reads it (16-byte
+         * chunk x of row r at chunk x ^ (r % 8)), sent by one thread; a box is
+         * rewritten once its last store has read it */
+        constexpr int BC = 128 / (int)sizeof(TD);
+        unsigned char *box0 = boxes + c * 2 * kChunk;
+  #pragma unroll
+        for (int q = 0; q < BN / BC; q++) {
+          unsigned char *box = box0 + (q & 1) * kChunk;
+          if (tid == 0) tma_store_wait<1>();
+          warpgroup_sync(1 + c);
+  #pragma unroll
+          for (int jj = 0; jj < BC / 8; jj++)
+  #pragma unroll
+            for (int h = 0; h < 2; h++) {
+              const int j = q * (BC / 8) + jj, r = rr + 8 * h;
+              const int byte = (8 * jj + 2 * (lane % 4)) * (int)sizeof(TD);
+              const int at = r * 128 + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15);
+              float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+              if (g.bias) {
+                const int col = pn * BN + 8 * j + 2 * (lane % 4);
+                const TD *b = (const TD *)g.bias;
+                if (col < g.n) v0 += to_f(b[col]);
+                if (col + 1 < g.n) v1 += to_f(b[col + 1]);
+              }
+              store2((TD *)(box + at), v0, v1);
+            }
+          fence_async_smem();
+          warpgroup_sync(1 + c);
+          if (tid == 0) {
+            if (g.accumulate)
+              tma_store<true>(&md, pn * BN + BC * q, pm * kBM + c * 64, box);
+            else
+              tma_store<false>(&md, pn * BN + BC * q, pm * kBM + c * 64, box);
+          }
+        }
+      } else {
+        TD *D = (TD *)g.d;
+        const TD *bias = (const TD *)g.bias;
+        const int r0 = pm * kBM + c * 64 + rr, c0 = pn * BN + 2 * (lane % 4);
+  #pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+  #pragma unroll
           for (int h = 0; h < 2; h++) {
-            const int j = q * (BC / 8) + jj, r = rr + 8 * h;
-            const int byte = (8 * jj + 2 * (lane % 4)) * (int)sizeof(TD);
-            const int at = r * 128 + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15);
+            const int row = r0 + 8 * h, col = c0 + 8 * j;
+            if (row >= g.m || col >= g.n) continue;
+            TD *p = D + (size_t)row * g.ldd + col;
             float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-            if (g.bias) {
-              const int col = pn * BN + 8 * j + 2 * (lane % 4);
-              const TD *b = (const TD *)g.bias;
-              if (col < g.n) v0 += to_f(b[col]);
-              if (col + 1 < g.n) v1 += to_f(b[col + 1]);
+            if (col + 1 < g.n) {
+              if (bias) {
+                v0 += to_f(bias[col]);
+                v1 += to_f(bias[col + 1]);
+              }
+              if (g.accumulate) {
+                const float2 o = load2(p);
+                v0 += o.x;
+                v1 += o.y;
+              }
+              store2(p, v0, v1);
+            } else {
+              if (bias) v0 += to_f(bias[col]);
+              if (g.accumulate) v0 += to_f(*p);
+              *p = from_f<TD>(v0);
             }
-            store2((TD *)(box + at), v0, v1);
-          }
-        fence_async_smem();
-        warpgroup_sync(1 + c);
-        if (tid == 0) {
-          if (g.accumulate)
-            tma_store<true>(&md, pn * BN + BC * q, pm * kBM + c * 64, box);
-          else
-            tma_store<false>(&md, pn * BN + BC * q, pm * kBM + c * 64, box);
-        }
-      }
-    } else {
-      TD *D = (TD *)g.d;
-      const TD *bias = (const TD *)g.bias;
-      const int r0 = pm * kBM + c * 64 + rr, c0 = pn * BN + 2 * (lane % 4);
-#pragma unroll
-      for (int j = 0; j < BN / 8; j++) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-          const int row = r0 + 8 * h, col = c0 + 8 * j;
-          if (row >= g.m || col >= g.n) continue;
-          TD *p = D + (size_t)row * g.ldd + col;
-          float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-          if (col + 1 < g.n) {
-            if (bias) {
-              v0 += to_f(bias[col]);
-              v1 += to_f(bias[col + 1]);
-            }
-            if (g.accumulate) {
-              const float2 o = load2(p);
-              v0 += o.x;
-              v1 += o.y;
-            }
-            store2(p, v0, v1);
-          } else {
-            if (bias) v0 += to_f(bias[col]);
-            if (g.accumulate) v0 += to_f(*p);
-            *p = from_f<TD>(v0);
           }
         }
       }
     }
+    if (TMA_EPI && tid == 0) tma_store_wait<0>(); /* the boxes outlive their stores */
   }
-  if (TMA_EPI && tid == 0) tma_store_wait<0>(); /* the boxes outlive their stores */
+  if constexpr (CM > 1) { /* no block leaves while a peer may still write into it or arrive */
+    __syncwarp();
+    cluster_sync();
+  }
 #else
   __trap(); /* built without sm_90a code: the host side never launches it (gemm.cu) */
 #endif
