@@ -90,11 +90,15 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float
 }
 template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half(x); }
 
-/* Tile t of the walk: groups of group_m row tiles, each group walked down its
- * columns, so that concurrent blocks share rows of A and columns of B. */
-__device__ __forceinline__ void tile_of(int t, int tm, int tn, int gm, int *pm, int *pn) {
-  const int per = gm * tn, first = t / per * gm, size = min(tm - first, gm), r = t % per;
-  *pm = first + r % size;
+/* The tile of step t of the walk, for block `rank` of a cluster of CM along M:
+ * over tmc = tm / CM (rounded up) rows of clusters, groups of gm of them, each
+ * group walked down its columns, so that concurrent blocks share rows of A
+ * and columns of B; the producer and the consumers take the same steps. */
+template <int CM>
+__device__ __forceinline__ void tile_of(int t, int tmc, int tn, int gm, int rank, int *pm,
+                                        int *pn) {
+  const int per = gm * tn, first = t / per * gm, size = min(tmc - first, gm), r = t % per;
+  *pm = (first + r % size) * CM + rank;
   *pn = r / size;
 }
 
@@ -146,8 +150,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       int it = 0;
       for (int t = first; t < tiles; t += step) {
         int pm, pn;
-        tile_of(t, tmc, tn, g.group_m, &pm, &pn);
-        pm = pm * CM + rank;
+        tile_of<CM>(t, tmc, tn, g.group_m, rank, &pm, &pn);
         for (int kb = 0; kb < nk; kb++, it++) {
           const int s = it % STAGES;
           bar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
@@ -183,8 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int it = 0;
     for (int t = first; t < tiles; t += step) {
       int pm, pn;
-      tile_of(t, tmc, tn, g.group_m, &pm, &pn);
-      pm = pm * CM + rank;
+      tile_of<CM>(t, tmc, tn, g.group_m, rank, &pm, &pn);
       for (int kb = 0; kb < nk; kb++, it++) {
         const int s = it % STAGES;
         bar_wait(&full[s], (it / STAGES) & 1);
