@@ -2,11 +2,14 @@
 """vp.py - the vocabulary-parallel shard calls on one GPU, against xent's single-GPU loss
 over the same columns.
 
-For P in 2, 4, 8 and V = 128256 at BT = 8192 (bf16), one rank's work: xent_vp_stats
+For P in 2, 4, 8 and 18 (the fused linear loss's vocab schedule cuts 128256 columns into 18
+slabs) and V = 128256 at BT = 8192 (bf16), one rank's work: xent_vp_stats
 over its V/P columns, then xent_vp_forward (outputs and the shard's gradient) from P
 gathered records (the other ranks' records made up: the collective itself is not
 timed here), against xent_forward_grad over a BT x V/P matrix alone (what the same
-columns cost without sharding). Also the bytes per row per rank the all-gather moves.
+columns cost without sharding). Also the bytes per row per rank the all-gather moves, and
+each pass's bytes (stats: one read of the shard; forward: a read and a write) as a fraction
+of a device copy of the same bytes timed alongside ("of copy").
 Median of --iters after --warmup, CUDA events, the logits restored before each
 iteration (untimed).
 """
@@ -42,7 +45,8 @@ def main(argv=None):
     print(f"vp.py  {time.strftime('%Y-%m-%d %H:%M:%S')}  {torch.cuda.get_device_name()}  "
           f"BT={args.bt} V={args.vocab} bf16, median of {args.iters}")
     print(f"{'P':>3}{'columns':>9}{'stats ms':>10}{'forward ms':>12}{'shard total':>13}"
-          f"{'single-GPU ms':>15}{'ratio':>7}{'bytes/row/rank':>16}")
+          f"{'single-GPU ms':>15}{'ratio':>7}{'bytes/row/rank':>16}{'stats of copy':>15}"
+          f"{'fwd of copy':>13}")
     bt, v = args.bt, args.vocab
 
     def timed(fn, restore):
@@ -60,7 +64,7 @@ def main(argv=None):
         ts.sort()
         return ts[len(ts) // 2]
 
-    for p in (2, 4, 8):
+    for p in (2, 4, 8, 18):
         w = v // p
         x0 = torch.randn(bt, w, device="cuda", dtype=torch.bfloat16) * 2
         x = torch.empty_like(x0)
@@ -89,8 +93,11 @@ def main(argv=None):
         single = timed(lambda: xt.cross_entropy(x.requires_grad_(), t.clamp(max=w - 1),
                                                 check_targets=False),
                        lambda: (x.requires_grad_(False), x.copy_(x0)))
+        # a copy of the shard (one read and one write of its bytes): what the forward moves,
+        # twice what the stats read
+        tc = timed(lambda: x.copy_(x0), lambda: None)
         print(f"{p:>3}{w:>9}{ts:>10.3f}{tf:>12.3f}{ts + tf:>13.3f}{single:>15.3f}"
-              f"{(ts + tf) / single:>7.2f}{R * 4:>16}")
+              f"{(ts + tf) / single:>7.2f}{R * 4:>16}{tc / 2 / ts:>15.2f}{tc / tf:>13.2f}")
         x0 = x = None
         torch.cuda.empty_cache()
     return 0

@@ -17,7 +17,7 @@
 #   before       xent-bench of an earlier commit (build-before/), for bench's side-by-side
 #                table: its sources carried as .before/src.tar (git archive COMMIT)
 #   gemmtest     test_gemm alone under a 120 s limit (xent's Hopper GEMM), before `test`
-#   gemmsan      compute-sanitizer memcheck and synccheck over xent's GEMM's tests
+#   gemmsan      compute-sanitizer memcheck, racecheck and synccheck over xent's GEMM's tests
 #   test         every C test through CTest: API, CPU, linear (CPU and CUDA), CUDA, GEMM
 #   quick        the quick CUDA subset, test_linear and test_vp (a short run)
 #   linear-test  test_linear only
@@ -201,10 +201,10 @@ if has gemmtest && in_time gemmtest; then
   [ $rc = 124 ] && XENT_CTEST_EXCLUDE="-E test_gemm"
 fi
 if has gemmsan && in_time gemmsan; then
-  # compute-sanitizer over xent's GEMM's tests: memcheck, then synccheck
+  # compute-sanitizer over xent's GEMM's tests: memcheck, racecheck, synccheck
   stamp "gemmsan"
-  for tool in memcheck synccheck; do
-    XENT_TEST_ONLY="test_cuda_gemm_xent" timeout 150 compute-sanitizer --tool $tool \
+  for tool in memcheck racecheck synccheck; do
+    XENT_TEST_ONLY="test_cuda_gemm_xent*" timeout 150 compute-sanitizer --tool $tool \
       --error-exitcode 9 build/tests/test_gemm >"$OUT/gemmsan-$tool.log" 2>&1
     note gemmsan "$tool rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/gemmsan-$tool.log" | tail -1)"
   done
@@ -459,7 +459,7 @@ for f in bench bench-before bench-variant bench-again; do
   [ -f "$OUT/$f.log" ] && { echo "-- $f"; grep -E '^(BT|  *BT|shape|V=)' "$OUT/$f.log" | head -24; }
 done
 [ -f "$OUT/linear.log" ] && { echo "-- linear"; grep -vE '^\s*$' "$OUT/linear.log" | tail -60; }
-[ -f "$OUT/vp.log" ] && { echo "-- vp"; tail -5 "$OUT/vp.log"; }
+[ -f "$OUT/vp.log" ] && { echo "-- vp"; tail -6 "$OUT/vp.log"; }
 [ -f "$OUT/jax.log" ] && { echo "-- jax"; cat "$OUT/jax.log"; }
 [ -f "$OUT/hf.log" ] && { echo "-- hf"; tail -8 "$OUT/hf.log"; }
 [ -f "$OUT/host.log" ] && { echo "-- host"; grep -vE '^\s*$' "$OUT/host.log" | tail -60; }

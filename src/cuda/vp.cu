@@ -33,18 +33,31 @@ xent_call global_view(const xent_vp_call *v) {
   return g;
 }
 
+/* The stats kernel's variant: what the call's options fold (row.cuh). */
+template <typename T, bool G>
+void *stats_kernel(const fwd_params &p) {
+  if (p.need_argmax)
+    return p.k.smoothing ? (void *)vp_stats_kernel<T, G, true, true>
+                         : (void *)vp_stats_kernel<T, G, true, false>;
+  return p.k.smoothing ? (void *)vp_stats_kernel<T, G, false, true>
+                       : (void *)vp_stats_kernel<T, G, false, false>;
+}
+
 template <typename T>
 xent_status launch(bool stats, const vp_params &vp, cudaStream_t stream, const dev_props &dp,
                    const xent_experimental &exp) {
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg =
       plain_config((unsigned)vp.p.rows, kVpThreads, stream, attr, dp.sm_major, exp);
-  cudaError_t e = stats ? cudaLaunchKernelEx(&cfg, vp_stats_kernel<T>, vp)
-                        : cudaLaunchKernelEx(&cfg, vp_forward_kernel<T>, vp);
+  const bool general = vp.p.use_softcap || vp.p.weights;
+  void *k = stats ? (general ? stats_kernel<T, true>(vp.p) : stats_kernel<T, false>(vp.p))
+                  : general ? (void *)vp_forward_kernel<T, true>
+                            : (void *)vp_forward_kernel<T, false>;
+  void *args[] = {(void *)&vp};
+  cudaError_t e = cudaLaunchKernelExC(&cfg, k, args);
   if (e != cudaSuccess) return cuda_fail(e, stats ? "vp_stats_kernel launch" : "vp_forward_kernel launch");
   return XENT_OK;
 }
-
 
 }  // namespace
 

@@ -367,5 +367,8 @@ int main(void) {
       cmocka_unit_test(test_cuda_gemm_refusals),
       cmocka_unit_test(test_cuda_gemm_xent_clusters), /* last: a hang leaves the rest reported */
   };
+  /* XENT_TEST_ONLY=pattern (cmocka's wildcards): the sanitizer's runs */
+  const char *only = getenv("XENT_TEST_ONLY");
+  if (only && *only) cmocka_set_test_filter(only);
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,8 +2,9 @@
  * vp.cuh - the vocabulary-parallel kernels (vp.cu): a block per row.
  * vp_stats_kernel reduces the row's shard to its record; vp_forward_kernel
  * combines the row's P records, writes the row's outputs and the shard's
- * gradient. Plain element loads (any width, any alignment): these serve the
- * shard calls, not the single-GPU kernels' launch table.
+ * gradient. 16-byte loads and stores over any shard width and alignment
+ * (row.cuh's per-vector math), so that both stream the shard near the copy
+ * bandwidth (bench/NOTES.md: the vocab schedule's passes).
  */
 #ifndef XENT_CUDA_KERNELS_VP_CUH
 #define XENT_CUDA_KERNELS_VP_CUH
@@ -29,7 +30,44 @@ struct vp_params {
   int ranks;
 };
 
-template <typename T>
+/* A shard row's elements in three parts (make_geom): the 16-byte vectors,
+ * U a thread in flight, and the few elements before and after them. Every
+ * index handed to the per-element math is the global one (offset + j), so
+ * that class weights, the arg-max and the target's column need no shift. */
+constexpr int kVpUnroll = 4;
+
+template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH>
+__device__ __forceinline__ part vp_fold_row(const fwd_params &p, const char *x, const row_geom &g,
+                                            int offset) {
+  constexpr int VN = elem<T>::N, U = kVpUnroll;
+  const uint4 *vp = (const uint4 *)(x + (int64_t)g.head * (int)sizeof(T));
+  const int tid = threadIdx.x, nt = blockDim.x, base = offset + g.head;
+  part q = part_empty();
+  float m = -INFINITY, s = 0.0f;
+  for (int j0 = tid; j0 < g.nvec; j0 += U * nt) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+      if (j0 + u * nt < g.nvec) v[u] = ld_once(vp + j0 + u * nt);
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int j = j0 + u * nt;
+      if (j < g.nvec) fold_vec<T, GENERAL, ARGMAX, SMOOTH>(p, v[u], base + j * VN, m, s, q);
+    }
+  }
+  for (int e = tid; e < g.extras; e += nt) {
+    const int ej = extra_index(g, e);
+    float d, xc = elem<T>::load(x + (int64_t)ej * sizeof(T));
+    if (GENERAL && p.use_softcap) xc = cap(p, xc, &d);
+    fold_max<GENERAL, ARGMAX, SMOOTH>(p, q, xc, offset + ej);
+    xent_merge_element(&m, &s, xc);
+  }
+  q.m = m;
+  q.s = s;
+  return q;
+}
+
+template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH>
 __global__ void __launch_bounds__(kVpThreads) vp_stats_kernel(const vp_params v) {
   __shared__ part scratch[kMaxWarps + 1];
   const fwd_params &p = v.p;
@@ -42,23 +80,9 @@ __global__ void __launch_bounds__(kVpThreads) vp_stats_kernel(const vp_params v)
     return;
   }
   const char *x = p.x + row * p.stride_bytes;
-  part q = part_empty();
-  for (int j = threadIdx.x; j < p.vocab; j += blockDim.x) {
-    float d, xc = elem<T>::load(x + (int64_t)j * sizeof(T));
-    if (p.use_softcap) xc = cap(p, xc, &d);
-    argmax_merge(q.am, q.ai, xc, (int)(v.offset + j));
-    if (p.k.smoothing) {
-      q.sx = fmaf(xc, p.k.inv_vocab, q.sx);
-      if (p.weights) {
-        const float mn = fmaxf(q.m, xc);
-        const float wv = __ldg(p.weights + v.offset + j) * p.k.inv_vocab;
-        q.swx = fmaf(wv, xent_shifted(xc, mn), shift_swx(q.swx, q.sw, q.m, mn));
-        q.sw += wv;
-      }
-    }
-    xent_merge_element(&q.m, &q.s, xc);
-  }
-  const part r = block_reduce(q, scratch);
+  const row_geom g = make_geom<T>(x, p.vocab);
+  const part r = block_reduce(vp_fold_row<T, GENERAL, ARGMAX, SMOOTH>(p, x, g, (int)v.offset),
+                              scratch);
   if (threadIdx.x != 0) return;
   xent_vp_row o;
   o.m = r.m;
@@ -66,7 +90,7 @@ __global__ void __launch_bounds__(kVpThreads) vp_stats_kernel(const vp_params v)
   o.t = 0.0f;
   if (y >= v.offset && y < v.offset + p.vocab) {
     float d, xy = elem<T>::load(x + (y - v.offset) * (int64_t)sizeof(T));
-    o.t = p.use_softcap ? cap(p, xy, &d) : xy;
+    o.t = GENERAL && p.use_softcap ? cap(p, xy, &d) : xy;
   }
   o.u = r.sx;
   o.wu = r.swx;
@@ -75,53 +99,71 @@ __global__ void __launch_bounds__(kVpThreads) vp_stats_kernel(const vp_params v)
   xent_vp_write(rec, v.record, &o);
 }
 
-template <typename T>
+/* The row's records combined, its outputs, and the shard's gradient in
+ * place: one read and one write of the shard, its first vectors loaded
+ * before the records are combined. */
+template <typename T, bool GENERAL>
 __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params v) {
+  constexpr int VN = elem<T>::N, U = kVpUnroll;
   __shared__ grad_coef shared_gc;
   __shared__ int skip;
   const fwd_params &p = v.p;
   if (forward_enter<T>(p)) return; /* rejected (deferred: the shard's gradient cleared) */
   const int64_t row = blockIdx.x;
   char *x = p.x + row * p.stride_bytes;
-  if (threadIdx.x == 0) {
+  const row_geom g = make_geom<T>(x, p.vocab);
+  uint4 *vp = (uint4 *)(x + (int64_t)g.head * (int)sizeof(T));
+  const int tid = threadIdx.x, nt = blockDim.x, offset = (int)v.offset, base = offset + g.head;
+  uint4 a[U];
+  if (p.write_grad)
+#pragma unroll
+    for (int u = 0; u < U; u++)
+      if (tid + u * nt < g.nvec) a[u] = ld_once(vp + tid + u * nt);
+  if (tid == 0) {
     const int64_t y = load_target(p.targets, p.target64, row);
     const bool bad = y != p.ignore_index && (y < 0 || y >= v.vocab);
     skip = bad || y == p.ignore_index;
     if (skip) {
       skipped_row_outputs(p, row, bad);
     } else {
-      const xent_vp_row a = xent_vp_combine(v.gathered + row * v.record,
+      const xent_vp_row c = xent_vp_combine(v.gathered + row * v.record,
                                             p.rows * (int64_t)v.record, v.ranks, v.record);
       part r = part_empty();
-      r.m = a.m;
-      r.s = a.s;
-      r.sx = a.u;
-      r.swx = a.wu;
-      r.ai = a.idx;
-      shared_gc = finish_row(p, r, a.t, row, (int)y, true);
+      r.m = c.m;
+      r.s = c.s;
+      r.sx = c.u;
+      r.swx = c.wu;
+      r.ai = c.idx;
+      shared_gc = finish_row(p, r, c.t, row, (int)y, true);
     }
   }
   __syncthreads();
   if (!p.write_grad) return;
   if (skip) {
-    for (int j = threadIdx.x; j < p.vocab; j += blockDim.x)
-      elem<T>::store(x + (int64_t)j * sizeof(T), 0.0f);
+    zero_row<T>(x, g, tid, g.nvec, nt, tid, nt);
     return;
   }
-  grad_coef gc = shared_gc;
-  gc.y = (int)(gc.y - v.offset); /* the target's column in the shard (may lie outside) */
-  for (int j = threadIdx.x; j < p.vocab; j += blockDim.x) {
-    char *ep = x + (int64_t)j * sizeof(T);
-    float dfac, g;
-    const float xr = elem<T>::load(ep);
-    float xc = xr;
-    dfac = 1.0f;
-    if (p.use_softcap) xc = cap(p, xr, &dfac);
-    const float ej = fast_exp2((xc - gc.m) * kLog2e);
-    const float bj = p.weights && p.k.smoothing ? gc.b * __ldg(p.weights + v.offset + j) : gc.b;
-    g = fmaf(gc.a_s, ej, -bj);
-    if (j == gc.y) g -= gc.c;
-    elem<T>::store(ep, g * dfac);
+  const grad_coef gc = shared_gc; /* gc.y global, as every index below */
+  for (int j0 = tid;; j0 += U * nt) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int j = j0 + u * nt;
+      if (j < g.nvec) {
+        float f[VN];
+        elem<T>::unpack(a[u], f);
+        grad_vec<T, GENERAL>(p, gc, f, base + j * VN);
+        st_grad(vp + j, elem<T>::pack(f));
+      }
+    }
+    if (j0 + U * nt >= g.nvec) break;
+#pragma unroll
+    for (int u = 0; u < U; u++)
+      if (j0 + (U + u) * nt < g.nvec) a[u] = ld_once(vp + j0 + (U + u) * nt);
+  }
+  for (int e = tid; e < g.extras; e += nt) {
+    const int ej = extra_index(g, e);
+    char *ep = x + (int64_t)ej * sizeof(T);
+    elem<T>::store(ep, grad_one<GENERAL>(p, gc, elem<T>::load(ep), offset + ej));
   }
 }
 
