@@ -20,7 +20,8 @@ Providers (each skipped, with a printed reason, when it is missing or cannot run
     liger_flce      the peer's LigerFusedLinearCrossEntropyLoss (Triton, chunked)
     liger_sm90      the peer's Hopper kernel (CuTe DSL GEMMs, all the logits; liger-kernel 0.8.5
                     with nvidia-cutlass-dsl)
-    quack           QuACK's chunked_linear_cross_entropy (quack-kernels; CuTe DSL GEMMs)
+    quack           QuACK's chunked_linear_cross_entropy (quack-kernels; CuTe DSL GEMMs), its
+                    default 4096-row chunks; quack_512 (on request): 512-row chunks
     cce             cut_cross_entropy.linear_cross_entropy, its default gradient filter
     cce_exact       the same with filter_eps=None (no filtering: every gradient exact)
     torch_fp32ce    F.cross_entropy((x @ W.T).float(), y): the logits upcast, as Hugging
@@ -79,10 +80,10 @@ PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "liger_sm90",
              "torch_lce_chunked"]
 # on request only: xent with its schedule fixed (xent.h, "schedule")
 EXTRA_PROVIDERS = ["xent_rows", "xent_vocab", "xent_fp32accum_rows", "xent_fp32accum_vocab",
-                   "xent_all", "xent_own"]
+                   "xent_all", "xent_own", "quack_512"]
 # without dX these would time another step than the floor's
-FULL_STEP_ONLY = ["liger_flce", "liger_sm90", "quack", "cce", "cce_exact"]
-CHUNK_BUDGETS_MIB = [32, 64, 128, 256, 512, 1024]
+FULL_STEP_ONLY = ["liger_flce", "liger_sm90", "quack", "quack_512", "cce", "cce_exact"]
+CHUNK_BUDGETS_MIB = [32, 64, 128, 256, 512, 1024, 2048]
 
 
 def parse_args(argv=None):
@@ -204,10 +205,13 @@ def make_providers(torch, names: List[str]):
             except Exception as e:
                 out[n] = (None, "liger_kernel's SM90 kernel not importable (liger-kernel 0.8.5 "
                           f"and nvidia-cutlass-dsl): {type(e).__name__}: {e}")
-        elif n == "quack":
-            try:  # QuACK's chunked linear cross-entropy (its own GEMMs, 4096-row chunks)
+        elif n in ("quack", "quack_512"):
+            try:  # QuACK's chunked linear cross-entropy (its own GEMMs, 4096-row chunks, or
+                # 512 as xent's default budget has them at 8192 x 4096 x 128256)
                 from quack.linear_cross_entropy import chunked_linear_cross_entropy
-                out[n] = ((lambda x, w, y: chunked_linear_cross_entropy(x, w, y)), None)
+                cs = 4096 if n == "quack" else 512
+                out[n] = ((lambda x, w, y, cs=cs: chunked_linear_cross_entropy(
+                    x, w, y, chunk_size=cs)), None)
             except Exception as e:
                 out[n] = (None, f"quack not importable: {type(e).__name__}: {e}")
         elif n in ("cce", "cce_exact"):
@@ -495,6 +499,8 @@ def main(argv=None) -> int:
 
     if args.chunk_curve and "xent" in provs and not provs["xent"][1]:
         bt, h, v = SHAPES[0] if not args.quick else (1024, 512, 32000)
+        if args.shape:
+            bt, h, v = (int(s) for s in args.shape.split(","))
         import xent.torch as xt
         print(f"\nxent by memory budget at BT={bt} H={h} V={v}")
         print(f"  {'budget MiB':>10}{'median ms':>11}{'extra MiB':>11}")

@@ -30,6 +30,8 @@
 #   host         bench/host_time.py at BT 1024 (with --parts) and 8192
 #   linear-ab    bench/linear.py (the GEMMs alone and xent) with this tree's library and the
 #                `before` build's in turn, at each of XENT_LINEAR_AB_SHAPES ("BT,H,V ...")
+#   memory       bench/linear.py --chunk-curve with the peers at XENT_MEMORY_SHAPES, and
+#                bench/plot_memory.py's picture of time against memory (PNG in $OUT)
 #   linear-sched bench/linear.py: the GEMMs alone, xent's rows and vocab schedules and auto,
 #                at each of XENT_LINEAR_SCHED_SHAPES ("BT,H,V ...")
 #   vp           bench/vp.py: the vocabulary-parallel shard calls against the single-GPU loss
@@ -320,6 +322,19 @@ if has linear-sched && in_time linear-sched; then
   done
   note linear-sched "$(grep -cE '^  xent' "$OUT/linear-sched.txt") xent rows"
   grep -E '^  (gemm|xent)|^linear.py|BT=' "$OUT/linear-sched.txt" | head -60
+fi
+if has memory && in_time memory; then
+  # Issue 54's picture: every provider a point, xent a curve over memory_budget (time as a
+  # ratio to the GEMMs against extra memory), one process a shape (XENT_MEMORY_SHAPES).
+  stamp "memory"
+  for shape in ${XENT_MEMORY_SHAPES:-8192,4096,128256}; do
+    PYTHONUNBUFFERED=1 timeout 400 python3 bench/linear.py --shape "$shape" --chunk-curve \
+      --providers "${XENT_MEMORY_PROVIDERS:-gemm_floor,xent,xent_all,torch_compile,liger_sm90,quack,quack_512}" \
+      --out "$OUT/memory.csv" >>"$OUT/memory.txt" 2>&1
+  done
+  python3 bench/plot_memory.py "$OUT/memory.csv" --out-dir "$OUT" >>"$OUT/memory.txt" 2>&1
+  note memory "$(grep -c 'MiB\| ms' "$OUT/memory.txt") lines, $(ls "$OUT"/linear_memory_*.png 2>/dev/null | wc -l) plots"
+  grep -E '^  [a-z]|^[A-Z].*BT=|skipped|not importable' "$OUT/memory.txt" | head -60
 fi
 if has bench && in_time bench; then
   stamp "bench"
