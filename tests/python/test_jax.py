@@ -264,11 +264,12 @@ _VP_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {here!r})
     from helpers import make_logits, make_targets, make_weight
     rng = np.random.default_rng({seed})
+    assert jax.devices()[0].platform == {platform!r}, jax.devices()
     for dt in (jnp.float32, jnp.bfloat16):
         x = jnp.asarray(make_logits(rng, 33, 96)).astype(dt)
         y = jnp.asarray(make_targets(rng, np.asarray(x.astype(jnp.float32))).astype(np.int32))
         w = jnp.asarray(make_weight(rng, 96))
-        for n in (1, 2, 4):
+        for n in {sizes!r}:
             mesh = Mesh(np.array(jax.devices()[:n]), ("tp",))
             for kw in (dict(), dict(label_smoothing=0.1, return_token_accuracy=True),
                        dict(reduction="none", lse_square_scale=1e-3)):
@@ -301,9 +302,52 @@ def test_vocab_parallel_in_shard_map(seed):
     device count is fixed when JAX starts) against the one-device loss."""
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
                JAX_PLATFORMS="cpu")
-    r = subprocess.run([sys.executable, "-c", _VP_SCRIPT.format(here=HERE, seed=seed)],
-                       env=env, capture_output=True, text=True, timeout=600)
+    script = _VP_SCRIPT.format(here=HERE, seed=seed, platform="cpu", sizes=(1, 2, 4))
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                       timeout=600)
     assert r.returncode == 0 and "vp ok" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
+
+
+def test_vocab_parallel_in_shard_map_gpu(seed):
+    """The same over the GPUs there are (one: a mesh of 1 still runs the
+    collective's code, XLA's all-gather and the FFI calls on the GPU)."""
+    if "gpu" not in _platforms():
+        pytest.skip("no GPU for jax")
+    n = len(jax.devices("gpu"))
+    sizes = tuple(k for k in (1, 2, 4) if k <= n)
+    env = dict(os.environ, JAX_PLATFORMS="cuda")
+    script = _VP_SCRIPT.format(here=HERE, seed=seed, platform="gpu", sizes=sizes)
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0 and "vp ok" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
+
+
+def test_fused_linear_gpu_medium_shape(rng):
+    """On the GPU at a medium shape (several chunks, both schedules), bf16:
+    against jnp's matmul and log_softmax in fp32 and their gradients
+    (jax.grad of the unfused loss), within bf16's rounding of the logits."""
+    if "gpu" not in _platforms():
+        pytest.skip("no GPU for jax")
+    n, h, v = 2048, 512, 32000
+    with jax.default_device(jax.devices("gpu")[0]):
+        x = jnp.asarray(rng.standard_normal((n, h)).astype(np.float32)).astype(jnp.bfloat16)
+        w = jnp.asarray((rng.standard_normal((v, h)) * 0.05).astype(np.float32)).astype(
+            jnp.bfloat16)
+        y = jnp.asarray(rng.integers(0, v, n).astype(np.int32))
+
+        def unfused(x, w):
+            z = jnp.matmul(x, w.T, preferred_element_type=jnp.float32)
+            lp = jax.nn.log_softmax(z, axis=-1)
+            return -jnp.mean(jnp.take_along_axis(lp, y[:, None], axis=1))
+
+        want, (gx0, gw0) = jax.jit(jax.value_and_grad(unfused, argnums=(0, 1)))(x, w)
+        for schedule in ("rows", "vocab"):
+            f = jax.jit(jax.value_and_grad(lambda x, w: xj.fused_linear_cross_entropy(
+                x, w, y, schedule=schedule), argnums=(0, 1)))
+            got, (gx, gw) = f(x, w)
+            assert abs(float(got) - float(want)) <= 2e-3 * abs(float(want)), schedule
+            assert _rel(_f64(gx), _f64(gx0)) <= 2e-2, schedule
+            assert _rel(_f64(gw), _f64(gw0)) <= 2e-2, schedule
 
 
 def test_jax_step_benchmark_runs():
