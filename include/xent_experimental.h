@@ -150,6 +150,11 @@ typedef struct xent_experimental_gemm {
   int cluster_m;          /* xent: 2 runs pairs of blocks on vertically adjacent tiles
                              that share B's loads (TMA multicast; 256-column tiles);
                              0 or 1: none                                           */
+  float *stats;           /* xent, or NULL: the statistics epilogue (the fused linear
+                             loss's logits). Row i's (max, sum of exp(D[i][j] - max))
+                             over the j of column tile t, taken over D as stored, at
+                             stats[2 (i ceil(n / tile_n) + t)] and the float after;
+                             needs tile_n, a D of the operands' type, no accumulate */
   int device;
   void *stream;           /* a cudaStream_t; NULL: the default stream              */
   void *workspace;        /* cuBLASLt's workspace on the device, or NULL            */
@@ -159,7 +164,7 @@ typedef struct xent_experimental_gemm {
 /* Queues the product. XENT_ERROR_NULL_POINTER (A, B or D), _BAD_SHAPE (an
  * extent below 1), _BAD_STRIDE (a leading dimension below its row's
  * extent), _BAD_ENUM (engine or a type) or _BAD_ARGUMENT (a flag not 0 or
- * 1, tile_n) with nothing queued; XENT_ERROR_UNSUPPORTED where the engine
+ * 1, tile_n; stats without tile_n) with nothing queued; XENT_ERROR_UNSUPPORTED where the engine
  * cannot take the product (xent's: the reason), or without a CUDA backend. */
 XENT_API xent_status xent_experimental_gemm_run(const xent_experimental_gemm *g);
 

@@ -36,6 +36,7 @@ typedef struct gcase {
   xent_dtype dt, ddt;
   int bias, accumulate, tile_n, tma;
   int cluster; /* cluster_m */
+  int stats;   /* the statistics epilogue (xent's engine, the logits' layout) */
 } gcase;
 
 static xent_experimental_gemm describe(const gcase *c, int engine) {
@@ -64,7 +65,7 @@ static void test_gemm_args(void **state) {
   (void)state;
   /* the arguments are checked before any backend is asked: host pointers do */
   static uint16_t a[64], b[64], d[64];
-  gcase c = {4, 4, 4, KK, XENT_BFLOAT16, XENT_BFLOAT16, 0, 0, 0, 0, 0};
+  gcase c = {4, 4, 4, KK, XENT_BFLOAT16, XENT_BFLOAT16, 0, 0, 0, 0, 0, 0};
   xent_experimental_gemm g = describe(&c, XENT_EXPERIMENTAL_GEMM_XENT);
   g.lda = g.ldb = g.ldd = 4;
   g.a = a;
@@ -98,6 +99,9 @@ static void test_gemm_args(void **state) {
   x = g; x.tile_n = 64;
   assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ARGUMENT);
   x = g; x.cluster_m = 3;
+  assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ARGUMENT);
+  static float st[8];
+  x = g; x.stats = st; /* without tile_n: the layout has no tile */
   assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ARGUMENT);
   for (size_t i = 0; i < 64; i++) assert_int_equal(d[i], 0x5A5A); /* D untouched */
   /* the fused linear loss's choice of engine (xent_experimental.products): 0 to 2 */
@@ -189,6 +193,16 @@ static xent_status run_case(const gcase *c, int engine, xt_rng *rng, double *wor
     CK(cudaMalloc(&dbias, (size_t)c->n * eds));
     CK(cudaMemcpy(dbias, hbias, (size_t)c->n * eds, cudaMemcpyHostToDevice));
   }
+  /* the statistics: poisoned (NaN), each (row, column tile) written once */
+  const int64_t tiles = c->stats ? (c->n + c->tile_n - 1) / c->tile_n : 0;
+  float *dstats = NULL, *hstats = NULL;
+  if (c->stats) {
+    CK(cudaMalloc((void **)&dstats, (size_t)(c->m * tiles) * 8));
+    CK(cudaMemset(dstats, 0xFF, (size_t)(c->m * tiles) * 8));
+    hstats = malloc((size_t)(c->m * tiles) * 8);
+    assert_non_null(hstats);
+  }
+  g.stats = dstats;
   void *ws = NULL;
   const size_t ws_bytes = 4u << 20;
   CK(cudaMalloc(&ws, ws_bytes));
@@ -247,10 +261,33 @@ static xent_status run_case(const gcase *c, int engine, xt_rng *rng, double *wor
                    ref, err, tol);
         if (err / (tol + 1e-300) > *worst) *worst = err / tol;
       }
+    if (c->stats) {
+      /* each tile's (max, sum of exp(D - max)) over D as stored (checked
+       * above): the max exactly, the sum to the fp32 additions of its
+       * terms and the exponentials' approximation */
+      CK(cudaMemcpy(hstats, dstats, (size_t)(c->m * tiles) * 8, cudaMemcpyDeviceToHost));
+      for (int64_t i = 0; i < c->m; i++)
+        for (int64_t t = 0; t < tiles; t++) {
+          double mx = -INFINITY, sum = 0;
+          const int64_t j1 = (t + 1) * c->tile_n < c->n ? (t + 1) * c->tile_n : c->n;
+          for (int64_t j = t * c->tile_n; j < j1; j++)
+            mx = fmax(mx, xt_load(hd, c->ddt, i * g.ldd + j));
+          for (int64_t j = t * c->tile_n; j < j1; j++)
+            sum += exp(xt_load(hd, c->ddt, i * g.ldd + j) - mx);
+          const float *got = hstats + 2 * (i * tiles + t);
+          if ((double)got[0] != mx || !(fabs(got[1] - sum) <= (c->tile_n + 4) * 0x1p-22 * sum))
+            fail_msg("stats m=%lld n=%lld tile %d: row %lld tile %lld: (%.9g, %.9g), reference "
+                     "(%.9g, %.9g)",
+                     (long long)c->m, (long long)c->n, c->tile_n, (long long)i, (long long)t,
+                     got[0], got[1], mx, sum);
+        }
+    }
   } else {
     /* refused: D as it was */
     assert_memory_equal(hd, hd0, nd * eds);
   }
+  if (dstats) CK(cudaFree(dstats));
+  free(hstats);
   CK(cudaFree(da));
   CK(cudaFree(db));
   CK(cudaFree(dd));
@@ -283,13 +320,17 @@ static void cuda_products(int engine, int cluster, const char *test) {
       const int v = s * 3 + layout;
       gcase c = {shapes[s][0], shapes[s][1], shapes[s][2], layout,
                  v % 2 ? XENT_FLOAT16 : XENT_BFLOAT16, XENT_BFLOAT16, (v / 2) % 2, (v / 3) % 2,
-                 (int[]){0, 128, 256}[v % 3], 0, 0};
+                 (int[]){0, 128, 256}[v % 3], 0, 0, 0};
       c.ddt = c.dt;
       if (layout == MN && v % 4 == 1) c.ddt = XENT_FLOAT32; /* the fp32 weight gradient */
       if (layout == MN) c.accumulate = v % 5 != 0;           /* dW adds up over chunks  */
       if (engine == XENT_EXPERIMENTAL_GEMM_XENT) c.tma = (v / 4) % 2;
       if (engine == XENT_EXPERIMENTAL_GEMM_CUBLASLT) c.tile_n = 0, c.tma = 0;
       if (cluster) c.cluster = cluster, c.tile_n = 0; /* pairs take 256-column tiles */
+      if (engine == XENT_EXPERIMENTAL_GEMM_XENT && layout == KK && !c.accumulate) {
+        c.tile_n = cluster || (s / 2) % 2 ? 256 : 128; /* the statistics' layout is by tile */
+        c.stats = 1; /* the logits' statistics epilogue */
+      }
       const xent_status st = run_case(&c, engine, &rng, &worst);
       if (expected) {
         if (st != XENT_OK)
@@ -328,12 +369,12 @@ static void test_cuda_gemm_refusals(void **state) {
   if (!have_gpu()) skip();
   xt_rng rng = xt_rng_for("test_cuda_gemm_refusals");
   double worst = 0;
-  const gcase bad = {64, 64, 64, KK, XENT_BFLOAT16, XENT_FLOAT32, 0, 0, 0, 0, 0};
+  const gcase bad = {64, 64, 64, KK, XENT_BFLOAT16, XENT_FLOAT32, 0, 0, 0, 0, 0, 0};
   assert_int_equal(run_case(&bad, XENT_EXPERIMENTAL_GEMM_XENT, &rng, &worst),
                    XENT_ERROR_UNSUPPORTED);
   uint16_t *d;
   CK(cudaMalloc((void **)&d, 64 * 72 * 2));
-  gcase c = {64, 64, 64, KK, XENT_BFLOAT16, XENT_BFLOAT16, 0, 0, 0, 0, 0};
+  gcase c = {64, 64, 64, KK, XENT_BFLOAT16, XENT_BFLOAT16, 0, 0, 0, 0, 0, 0};
   xent_experimental_gemm g = describe(&c, XENT_EXPERIMENTAL_GEMM_XENT);
   g.a = g.b = g.d = d;
   g.lda = g.ldb = g.ldd = 64;

@@ -109,7 +109,8 @@ xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stre
     if (st) return st;
   }
   const unsigned clusters = (unsigned)(steps < resident ? steps : resident);
-  const sm90_args g = {(int)p.m, (int)p.n, (int)p.k, group_m, p.d, p.ldd, p.bias, p.accumulate};
+  const sm90_args g = {(int)p.m, (int)p.n, (int)p.k, group_m, p.d, p.ldd, p.bias, p.accumulate,
+                       (float2 *)p.stats, (p.n + BN - 1) / BN};
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   cfg.gridDim = dim3(clusters * CM, 1, 1);
@@ -161,6 +162,9 @@ const char *gemm_sm90_refusal(const gemm_product &p, const dev_props &dp) {
   if (p.bn != 0 && p.bn != 128 && p.bn != 256) return "the tile's columns are 128 or 256";
   if (p.cluster_m < 0 || p.cluster_m > 2) return "clusters along M are of 1 or 2 blocks";
   if (p.cluster_m == 2 && p.bn == 128) return "clusters of 2 blocks take 256-column tiles";
+  if (p.stats && (p.bn == 0 || p.accumulate || p.d_type != p.ab_type || ((uintptr_t)p.stats & 7)))
+    return "the statistics epilogue needs the tile's columns, a fresh D of the operands' type "
+           "and 8-byte aligned statistics";
   if (p.m < 1 || p.n < 1 || p.k < 1 || p.m > INT32_MAX || p.n > INT32_MAX || p.k > INT32_MAX)
     return "xent's GEMM takes extents from 1 to 2^31 - 1";
   const int64_t ds = xent_dtype_size(p.d_type);
@@ -177,7 +181,7 @@ bool gemm_from_lt(const lt_gemm &g, bool tma_epilogue, gemm_product *p) {
   /* column-major D (m x n) is row-major D^T (n x m): rows of op(B)^T times
    * rows of op(A) */
   *p = {g.n, g.m, g.k, g.b, g.ldb, g.trans_b, g.a, g.lda, !g.trans_a, g.a_type, g.d, g.ldd,
-        g.d_type, g.bias, g.beta == 1.0f, 0, 0, tma_epilogue, 0};
+        g.d_type, g.bias, g.beta == 1.0f, 0, 0, tma_epilogue, 0, nullptr};
   return true;
 }
 
@@ -213,8 +217,10 @@ extern "C" xent_status xent_cuda_gemm(const xent_experimental_gemm *x) {
     const gemm_product p = {x->m, x->n, x->k, x->a, x->lda, x->a_m_major != 0, x->b, x->ldb,
                             x->b_n_major != 0, x->dtype, x->d, x->ldd, x->d_dtype, x->bias,
                             x->accumulate != 0, x->tile_n, 0, x->tma_epilogue != 0,
-                            x->cluster_m};
+                            x->cluster_m, x->stats};
     st = gemm_sm90(p, dp, stream);
+  } else if (!st && x->stats) {
+    st = xent_fail(XENT_ERROR_UNSUPPORTED, "cuBLASLt has no statistics epilogue");
   } else if (!st) {
     /* row-major D is column-major D^T (n x m) = op(B) op(A): B's storage as
      * cuBLAS's A (transposed when K-major), A's as its B */

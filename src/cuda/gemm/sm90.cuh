@@ -39,6 +39,9 @@ struct sm90_args {
   int64_t ldd;
   const void *bias; /* n values of D's type, added to every row, or NULL */
   int accumulate;   /* D += A B^T: D is read (or added to by TMA) */
+  float2 *stats;    /* or NULL: each row's (max, sum of exp(d - max)) over each column
+                       tile's values of D as stored, at stats[row * stats_ld + tile] */
+  int64_t stats_ld;
 };
 
 template <int BN>
@@ -89,6 +92,55 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float
   return __float2bfloat16(x);
 }
 template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half(x); }
+
+/* 2^x on the special-function unit, as the cross-entropy's kernels take it */
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* The statistics epilogue: the (max, sum of exponentials) of this thread's
+ * rows over the tile's columns, taken over D's values as they are stored
+ * (rounded to TD, bias added), the four threads of a row merged by
+ * shuffles, written by the first. Columns past n take no part. */
+template <typename TD, int BN>
+__device__ __forceinline__ void tile_stats(const float (&acc)[BN / 2], const sm90_args &g, int pm,
+                                           int pn, int c, int warp, int lane) {
+  const TD *bias = (const TD *)g.bias;
+  const int c0 = pn * BN + 2 * (lane % 4);
+  float mx[2] = {-INFINITY, -INFINITY}, sm[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int pass = 0; pass < 2; pass++) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const int col = c0 + 8 * j + e;
+          if (col >= g.n) continue;
+          float v = acc[4 * j + 2 * h + e];
+          if (bias) v += to_f(bias[col]);
+          v = to_f(from_f<TD>(v));
+          if (pass == 0) mx[h] = fmaxf(mx[h], v);
+          else sm[h] += ex2((v - mx[h]) * 1.4426950408889634f);
+        }
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+      for (int o = 1; o < 4; o *= 2) {
+        if (pass == 0) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], o));
+        else sm[h] += __shfl_xor_sync(0xffffffffu, sm[h], o);
+      }
+  }
+  if (lane % 4) return;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int row = pm * kBM + c * 64 + warp * 16 + lane / 4 + 8 * h;
+    if (row < g.m) g.stats[(int64_t)row * g.stats_ld + pn] = make_float2(mx[h], sm[h]);
+  }
+}
 
 /* The tile of step t of the walk, for block `rank` of a cluster of CM along M:
  * over tmc = tm / CM (rounded up) rows of clusters, groups of gm of them, each
@@ -213,6 +265,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       /* thread (warp w, lane l) holds, for each 8 columns j, rows 16 w + l / 4
        * and + 8, columns 8 j + 2 (l % 4) and + 1 */
       const int rr = warp * 16 + lane / 4;
+      if (g.stats) tile_stats<TD, BN>(acc, g, pm, pn, c, warp, lane);
       if constexpr (TMA_EPI) {
         /* BC columns at a time (128 bytes of D's type: 64 16-bit values or 32
          * fp32) into a 64-row box swizzled as the TMA unit reads it (16-byte
