@@ -90,12 +90,12 @@ def main(argv=None):
         gathered.copy_(rec.unsqueeze(0).expand(p, -1, -1))  # the others' records, made up
         ts = timed(stats, restore)
         tf = timed(forward, restore)
-        single = timed(lambda: xt.cross_entropy(x.requires_grad_(), t.clamp(max=w - 1),
-                                                check_targets=False),
-                       lambda: (x.requires_grad_(False), x.copy_(x0)))
         # a copy of the shard (one read and one write of its bytes): what the forward moves,
         # twice what the stats read
         tc = timed(lambda: x.copy_(x0), lambda: None)
+        single = timed(lambda: xt.cross_entropy(x.requires_grad_(), t.clamp(max=w - 1),
+                                                check_targets=False),
+                       lambda: (x.requires_grad_(False), x.copy_(x0)))
         print(f"{p:>3}{w:>9}{ts:>10.3f}{tf:>12.3f}{ts + tf:>13.3f}{single:>15.3f}"
               f"{(ts + tf) / single:>7.2f}{R * 4:>16}{tc / 2 / ts:>15.2f}{tc / tf:>13.2f}")
         x0 = x = None

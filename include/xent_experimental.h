@@ -146,7 +146,9 @@ typedef struct xent_experimental_gemm {
   int tile_n;             /* xent: the tile's columns, 128 or 256; 0: the rule      */
   int tma_epilogue;       /* xent: D written through TMA boxes, and when
                              accumulating added in L2 in D's type (a 16-bit D is
-                             then rounded twice: the product's part, the sum)      */
+                             then rounded twice: the product's part, the sum);
+                             where n values of D are not a multiple of 16 bytes,
+                             D goes through registers all the same                 */
   int cluster_m;          /* xent: 2 runs pairs of blocks on vertically adjacent tiles
                              that share B's loads (TMA multicast; 256-column tiles);
                              0 or 1: none                                           */

@@ -93,17 +93,23 @@ xent_options options(const ffi::Dictionary &d) {
   return o;
 }
 
-/* The call's exec, with a workspace of `bytes` from XLA's scratch on CUDA. */
-std::optional<xent_exec> exec_for(const Where &w, size_t bytes) {
+/* The call's exec, with a workspace of `bytes` from XLA's scratch on CUDA:
+ * asked for with the alignment XLA's allocators promise (64 bytes) and
+ * aligned to xent's 256 here. Where XLA has no scratch to give, xent takes
+ * its workspace stream-ordered itself (ex.workspace NULL), as it does for
+ * any caller that passes none. */
+xent_exec exec_for(const Where &w, size_t bytes) {
   xent_exec ex = xent_exec_default();
   ex.backend = w.cuda ? XENT_BACKEND_CUDA : XENT_BACKEND_CPU;
   if (!w.cuda) return ex;
   ex.stream = w.stream;
   if (bytes > 0 && w.scratch) {
-    std::optional<void *> p = w.scratch->Allocate(bytes, 256);
-    if (!p.has_value()) return std::nullopt;
-    ex.workspace = *p;
-    ex.workspace_bytes = bytes;
+    std::optional<void *> p = w.scratch->Allocate(bytes + 256, 64);
+    if (p.has_value() && *p) {
+      const uintptr_t a = ((uintptr_t)*p + 255) & ~(uintptr_t)255;
+      ex.workspace = (void *)a;
+      ex.workspace_bytes = bytes;
+    }
   }
   return ex;
 }
@@ -191,9 +197,7 @@ ffi::Error forward_of(const Where &w, const ffi::AnyBuffer &x, const ffi::AnyBuf
   auto out = outputs(rets, f->grad ? 1 : 0);
   if (!out) return invalid("the loss's outputs are missing");
   f->out = *out;
-  auto ex = exec_for(w, xent_workspace_size(f->in.rows));
-  if (!ex) return ffi::Error(ffi::ErrorCode::kResourceExhausted, "xent: no scratch memory");
-  f->ex = *ex;
+  f->ex = exec_for(w, xent_workspace_size(f->in.rows));
   return ffi::Error::Success();
 }
 
@@ -268,10 +272,9 @@ ffi::Error Linear(const Where &w, ffi::AnyBuffer hidden, ffi::AnyBuffer weight,
   const bool backward = g.hidden || g.weight || g.bias;
   const size_t bytes = w.cuda ? xent_linear_workspace_size(&in, &lo, backward ? &g : nullptr) : 0;
   if (w.cuda && bytes == 0) return failed(XENT_ERROR_BAD_ARGUMENT);
-  auto ex = exec_for(w, bytes);
-  if (!ex) return ffi::Error(ffi::ErrorCode::kResourceExhausted, "xent: no scratch memory");
-  const xent_status st = backward ? xent_linear_forward_backward(&in, &opt, &lo, &*out, &g, &*ex)
-                                  : xent_linear_forward(&in, &opt, &lo, &*out, &*ex);
+  const xent_exec ex = exec_for(w, bytes);
+  const xent_status st = backward ? xent_linear_forward_backward(&in, &opt, &lo, &*out, &g, &ex)
+                                  : xent_linear_forward(&in, &opt, &lo, &*out, &ex);
   return st ? failed(st) : ffi::Error::Success();
 }
 
@@ -292,10 +295,10 @@ ffi::Error VpStats(const Where &w, ffi::AnyBuffer x, ffi::AnyBuffer targets,
   const int R = xent_vp_record_floats(&opt, in.weights, &out);
   if ((int64_t)(**r).element_count() != in.rows * R)
     return invalid("records must hold " + std::to_string(R) + " floats a row");
-  auto ex = exec_for(w, 0);
+  const xent_exec ex = exec_for(w, 0);
   const xent_status st = xent_vp_stats(&in, attr<int64_t>(attrs, "vocab", 0),
                                        attr<int64_t>(attrs, "offset", 0), &opt, &out,
-                                       records, &*ex);
+                                       records, &ex);
   return st ? failed(st) : ffi::Error::Success();
 }
 

@@ -224,13 +224,24 @@ static xent_status run_case(const gcase *c, int engine, xt_rng *rng, double *wor
     const double u = unit_roundoff(c->ddt);
     const int twice = c->accumulate && c->ddt != XENT_FLOAT32 &&
                       (c->tma || engine == XENT_EXPERIMENTAL_GEMM_CUBLASLT);
+    /* cuBLASLt accumulating into an fp16 D: an error of 1.5 ulps seen (H100,
+     * 2026-12-06), more than two roundings give; its bound is doubled (it is
+     * the comparison, not the subject) */
+    const double slack = engine == XENT_EXPERIMENTAL_GEMM_CUBLASLT && twice ? 2.0 : 1.0;
     for (int64_t i = 0; i < c->m; i++)
       for (int64_t j = 0; j < g.ldd; j++) {
         const int64_t at = i * g.ldd + j;
         if (j >= c->n) {
-          if (!xt_is_poison_dtype(hd, c->ddt, at))
-            fail_msg("%s: D's padding at row %lld column %lld was written", layout_name[c->layout],
-                     (long long)i, (long long)j);
+          if (!xt_is_poison_dtype(hd, c->ddt, at)) {
+            int64_t last = j; /* how far the writes went past n in this row */
+            for (int64_t jj = j; jj < g.ldd; jj++)
+              if (!xt_is_poison_dtype(hd, c->ddt, i * g.ldd + jj)) last = jj;
+            fail_msg("%s %s m=%lld n=%lld k=%lld engine %d tile %d tma %d accumulate %d: D's "
+                     "padding at row %lld columns %lld to %lld (of %lld) was written",
+                     layout_name[c->layout], xt_dtype_name(c->dt), (long long)c->m,
+                     (long long)c->n, (long long)c->k, engine, c->tile_n, c->tma, c->accumulate,
+                     (long long)i, (long long)j, (long long)last, (long long)g.ldd);
+          }
           continue;
         }
         double ref = 0, mag = 0;
@@ -251,7 +262,7 @@ static xent_status run_case(const gcase *c, int engine, xt_rng *rng, double *wor
         }
         const double got = xt_load(hd, c->ddt, at), err = fabs(got - ref);
         const double d0 = c->accumulate ? xt_load(hd0, c->ddt, at) : 0.0;
-        const double tol = u * fabs(ref) + (twice ? u * fabs(ref - d0) : 0.0) +
+        const double tol = slack * (u * fabs(ref) + (twice ? u * fabs(ref - d0) : 0.0)) +
                            (double)(c->k + 2) * 0x1p-22 * mag + 1e-30;
         if (!(err <= tol))
           fail_msg("%s %s m=%lld n=%lld k=%lld engine %d: D[%lld][%lld] = %.9g, reference %.9g "

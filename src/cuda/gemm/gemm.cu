@@ -197,8 +197,14 @@ xent_status gemm_sm90(const gemm_product &p, const dev_props &dp, cudaStream_t s
   /* an M-major A (the weight gradient: few K) is walked a row tile at a time,
    * all of B held in L2; otherwise 16 row tiles share each column tile */
   const int gm = p.group_m > 0 ? p.group_m : p.a_mn ? 1 : 16;
-  return p.ab_type == XENT_FLOAT16 ? by_layout<__half>(p, dp, stream, bn, gm)
-                                   : by_layout<__nv_bfloat16>(p, dp, stream, bn, gm);
+  /* The TMA epilogue where D's rows end on a 16-byte boundary: on an H100
+   * (2026-12-06) a TMA add into a 16-bit D of 129 columns changed column
+   * 129, past the tensor map's extent, so a row that ends inside a 16-byte
+   * unit is written through registers, which check each column. */
+  gemm_product q = p;
+  q.tma_epilogue = p.tma_epilogue && (p.n * (int64_t)xent_dtype_size(p.d_type)) % 16 == 0;
+  return p.ab_type == XENT_FLOAT16 ? by_layout<__half>(q, dp, stream, bn, gm)
+                                   : by_layout<__nv_bfloat16>(q, dp, stream, bn, gm);
 }
 
 }  // namespace xent

@@ -36,7 +36,8 @@ struct gemm_product {
   bool accumulate;   /* D is read and added to */
   int bn;            /* the tile's columns: 128 or 256; 0: the rule (gemm.cu) */
   int group_m;       /* row tiles walked together; 0: the rule */
-  bool tma_epilogue; /* D through TMA boxes: stored, or added in L2 in D's type */
+  bool tma_epilogue; /* D through TMA boxes: stored, or added in L2 in D's type (where
+                        D's rows end on a 16-byte boundary; elsewhere through registers) */
   int cluster_m;     /* 2: pairs of blocks along M sharing B by multicast (BN 256); 0 or 1: none */
   float *stats;      /* or NULL: row i's (max, sum of exp(D - max)) over column tile t of
                         D as stored at stats[2 (i ceil(n / bn) + t)] and + 1 (bn given; a
