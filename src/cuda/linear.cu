@@ -7,7 +7,10 @@
  *             (checked mode) the verdict
  *   a chunk   Z = X_c W^T (+ b)          the logits, into the scratch chunk
  *             the forward kernel of the launch plan over Z, which writes the
- *             chunk's gradient G over Z (scaled by the upstream gradient)
+ *             chunk's gradient G over Z (scaled by the upstream gradient);
+ *             with xent's products (xent_experimental.products = 2) the
+ *             logits' GEMM leaves each row's statistics per 256 columns and
+ *             tile_forward_kernel merges them, one read and one write of Z
  *             dX_c = G W                 (when asked for)
  *             dW (+)= G^T X_c            (when asked for; over the chunks)
  *             db += column sums of G     (when asked for; fp32)
@@ -59,12 +62,26 @@ int env_products() {
   return v;
 }
 
+/* XENT_TILE_STATS=0: the chunk's statistics from its own pass, as with
+ * cuBLASLt, even where xent's products could leave them (an A/B switch). */
+bool env_tile_stats_off() {
+  static const bool v = [] {
+    const char *s = getenv("XENT_TILE_STATS");
+    return s && !strcmp(s, "0");
+  }();
+  return v;
+}
+
+int products_mode(const xent_linear_call *lc) {
+  return lc->exp.products ? lc->exp.products : env_products();
+}
+
 /* One of the loss's products: xent's own Hopper GEMM (TMA epilogue) where the
  * experimental setting asks for it and it takes the product, cuBLASLt
  * otherwise (xent_experimental.h, products). */
 xent_status product(const xent_linear_call *lc, const dev_props &dp, const lt_gemm &g, void *ws,
                     size_t ws_bytes, cudaStream_t stream) {
-  const int mode = lc->exp.products ? lc->exp.products : env_products();
+  const int mode = products_mode(lc);
   gemm_product p;
   if (mode == 2 && gemm_from_lt(g, true, &p) && !gemm_sm90_refusal(p, dp)) {
     const xent_status st = gemm_sm90(p, dp, stream);
@@ -76,6 +93,36 @@ xent_status product(const xent_linear_call *lc, const dev_props &dp, const lt_ge
     return st;
   }
   return lt_matmul(g, ws, ws_bytes, stream);
+}
+
+/* The logits' product with the statistics epilogue (256-column tiles; the
+ * statistics in cuBLASLt's workspace, which xent's products leave unused),
+ * or false where it does not run: the products are not xent's, the call
+ * folds more than (max, sum) (smoothing, softcap, an arg-max), the chunk's
+ * statistics do not fit the workspace, or the GEMM refuses the product. */
+bool logits_with_stats(const xent_linear_call *lc, const dev_props &dp, const lt_gemm &g1,
+                       void *ws, size_t ws_bytes, gemm_product *out) {
+  const xent_options &o = lc->opt;
+  if (products_mode(lc) != 2 || env_tile_stats_off() || o.label_smoothing != 0.0f ||
+      o.softcap != 0.0f || lc->out.predicted || lc->out.token_accuracy)
+    return false;
+  const int64_t tiles = (lc->in.vocab + 255) / 256;
+  if ((size_t)(lc->plan.chunk * tiles) * 8 > ws_bytes || !gemm_from_lt(g1, true, out))
+    return false;
+  out->bn = 256;
+  out->stats = (float *)ws;
+  return gemm_sm90_refusal(*out, dp) == nullptr;
+}
+
+template <typename T>
+xent_status launch_tile_forward(const fwd_params &p, const float *stats, int tiles,
+                                const dev_props &dp, const xent_experimental &exp,
+                                cudaStream_t stream) {
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t cfg =
+      plain_config((unsigned)p.rows, kVpThreads, stream, attr, dp.sm_major, exp);
+  CK(cudaLaunchKernelEx(&cfg, tile_forward_kernel<T>, p, (const float2 *)stats, tiles));
+  return XENT_OK;
 }
 
 xent_status launch_colsum(xent_dtype dt, const char *g, int64_t rows, int vocab, int64_t stride_bytes,
@@ -233,11 +280,19 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
     const int64_t n = rows - r0 < plan.chunk ? rows - r0 : plan.chunk;
     const char *xc = (const char *)in.hidden + (size_t)(r0 * in.hidden_stride) * es;
 
-    /* Z = X_c W^T + b */
+    /* Z = X_c W^T + b (with each row's statistics per column tile, where
+     * xent's GEMM leaves them) */
     lt_gemm g1 = {true, false, V, n, H, in.weight, in.weight_stride, in.dtype,
                   xc, in.hidden_stride, in.dtype, zbuf, plan.chunk_stride, in.dtype,
                   1.0f, 0.0f, in.bias, false};
-    if ((st = product(lc, dp, g1, ltws, plan.lt_bytes, stream))) break;
+    gemm_product ps;
+    const bool tiled = logits_with_stats(lc, dp, g1, ltws, plan.lt_bytes, &ps);
+    if (tiled) {
+      if ((st = gemm_sm90(ps, dp, stream))) break;
+      lt_set_last("xent logits with statistics");
+    } else if ((st = product(lc, dp, g1, ltws, plan.lt_bytes, stream))) {
+      break;
+    }
 
     /* the cross-entropy of the chunk's rows */
     xent_call cc = c;
@@ -252,13 +307,13 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
     }
     if (o.lse) o.lse += r0;
     if (o.predicted) o.predicted += r0;
-    if (n != planned && (st = plan_call(&cc, dp, &l))) break;
-    planned = n;
+    if (!tiled && n != planned && (st = plan_call(&cc, dp, &l))) break;
+    planned = tiled ? -1 : n;
     fwd_params p;
     fill_params(&p, &cc);
     p.hdr = w.hdr;
     p.verdict = p0.verdict;
-    if (l.kernel == XENT_KERNEL_STAGED) {
+    if (!tiled && l.kernel == XENT_KERNEL_STAGED) {
       if (cudaMemsetAsync(&w.hdr->next_row, 0, sizeof w.hdr->next_row, stream) != cudaSuccess) {
         st = cuda_fail(cudaGetLastError(), "cudaMemsetAsync");
         break;
@@ -271,7 +326,16 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
     p.grad_scale = scalar_go ? g.grad_output : NULL;
     p.row_grad_scale = g.grad_output && !scalar_go ? g.grad_output + r0 : NULL;
     p.token_scaling = lc->lo.use_token_scaling;
-    if ((st = launch_rows(l, dp, &cc, p, w.loss + r0, w.arr, stream))) break;
+    if (tiled) {
+      const int tiles = (int)((V + 255) / 256);
+      st = in.dtype == XENT_FLOAT16
+               ? launch_tile_forward<__half>(p, (const float *)ltws, tiles, dp, c.exp, stream)
+               : launch_tile_forward<__nv_bfloat16>(p, (const float *)ltws, tiles, dp, c.exp,
+                                                     stream);
+      if (st) break;
+    } else if ((st = launch_rows(l, dp, &cc, p, w.loss + r0, w.arr, stream))) {
+      break;
+    }
 
     if (!lc->backward) continue;
     if (checked && !verdict_read) { /* before the first write to the caller's gradients */

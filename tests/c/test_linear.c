@@ -1101,8 +1101,27 @@ static void test_cuda_linear_own_products(void **state) {
   print_message("last product: %s\n", prod);
   xent_device_info info;
   assert_int_equal(xent_get_device_info(0, &info), XENT_OK);
-  if (info.sm_major == 9 && info.sm_minor == 0 && info.code_arch == 90)
-    assert_non_null(strstr(prod, "xent m=8000 n=256 k=488 A-M B-N"));
+  const int hopper = info.sm_major == 9 && info.sm_minor == 0 && info.code_arch == 90;
+  if (hopper) assert_non_null(strstr(prod, "xent m=8000 n=256 k=488 A-M B-N"));
+  /* Calls that fold nothing but (max, sum): the logits' GEMM leaves each
+   * row's statistics per 256 columns and the chunk's cross-entropy merges
+   * them (tile_forward_kernel); V of several tiles and a partial last one,
+   * bias, class weights, z-loss, ignored rows, per-row and mean. */
+  for (int v = 0; v < 4; v++) {
+    xt_lin_case t = xt_lin_default(v % 2 ? XENT_FLOAT16 : XENT_BFLOAT16, 700, 128, 1000 + 37 * v);
+    t.chunk_rows = 256;
+    t.want_acc = t.want_pred = 0;
+    t.alpha = 0.0;
+    t.weighted = v >= 2;
+    t.bias = v != 0;
+    t.s = v >= 1 ? 1e-3 : 0.0;
+    t.red = v % 2 ? XENT_REDUCTION_NONE : XENT_REDUCTION_MEAN;
+    t.token_scaling = v == 3;
+    t.backward = v != 1;
+    errs += run_case(t, 1, &rng, "own products, statistics from the logits' GEMM");
+    if (hopper && !t.backward)
+      assert_non_null(strstr(xent_experimental_last_product(), "xent logits with statistics"));
+  }
   assert_int_equal(xent_experimental_set(NULL), XENT_OK);
   assert_int_equal(errs, 0);
 }

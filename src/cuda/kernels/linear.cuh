@@ -1,7 +1,8 @@
 /*
  * linear.cuh - the small kernels of the fused linear loss (linear.cu):
- * the column sums of a chunk's gradient (the bias gradient) and the store
- * of an fp32 accumulator into a gradient of another dtype.
+ * the column sums of a chunk's gradient (the bias gradient), the store of
+ * an fp32 accumulator into a gradient of another dtype, and the chunk's
+ * cross-entropy from the statistics its logits' product left.
  */
 #ifndef XENT_CUDA_KERNELS_LINEAR_CUH
 #define XENT_CUDA_KERNELS_LINEAR_CUH
@@ -9,6 +10,7 @@
 #include <stdint.h>
 
 #include "cuda/elem.cuh"
+#include "cuda/kernels/vp.cuh"
 
 namespace xent {
 
@@ -48,6 +50,47 @@ __global__ void __launch_bounds__(kStoreThreads)
     if (add) v += elem<T>::load(d);
     elem<T>::store(d, v);
   }
+}
+
+/* The cross-entropy of a chunk whose logits' product (xent's GEMM, its
+ * statistics epilogue) left each row's (max, sum of exponentials) per tile
+ * of columns: a block per row merges the row's `tiles` pairs, writes the
+ * row's outputs and its gradient in place, one read and one write of the
+ * logits. For calls that fold nothing else (no smoothing, softcap or
+ * arg-max: the plan's other kernels take those). */
+template <typename T>
+__global__ void __launch_bounds__(kVpThreads)
+    tile_forward_kernel(const fwd_params p, const float2 *stats, int tiles) {
+  __shared__ part scratch[kMaxWarps + 1];
+  __shared__ grad_coef shared_gc;
+  __shared__ int skip;
+  if (forward_enter<T>(p)) return; /* rejected: nothing written */
+  const int64_t row = blockIdx.x;
+  char *x = p.x + row * p.stride_bytes;
+  const row_geom g = make_geom<T>(x, p.vocab);
+  uint4 a[kVpUnroll];
+  if (p.write_grad) vp_first_vectors<T>(x, g, a);
+  part q = part_empty();
+  const float2 *rs = stats + row * (int64_t)tiles;
+  for (int t = threadIdx.x; t < tiles; t += blockDim.x) {
+    const float2 r = rs[t];
+    merge_max_sum_fast(q.m, q.s, r.x, r.y);
+  }
+  const part r = block_reduce(q, scratch);
+  if (threadIdx.x == 0) {
+    const int64_t y = load_target(p.targets, p.target64, row);
+    const bool bad = target_bad(p, y);
+    skip = bad || y == p.ignore_index;
+    if (skip) skipped_row_outputs(p, row, bad);
+    else shared_gc = finish_row(p, r, elem<T>::load(x + y * (int64_t)sizeof(T)), row, (int)y, true);
+  }
+  __syncthreads();
+  if (!p.write_grad) return;
+  if (skip) {
+    zero_row<T>(x, g, threadIdx.x, g.nvec, blockDim.x, threadIdx.x, blockDim.x);
+    return;
+  }
+  vp_grad_row<T, false>(p, shared_gc, x, g, 0, a);
 }
 
 }  // namespace xent

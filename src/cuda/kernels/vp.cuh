@@ -99,51 +99,16 @@ __global__ void __launch_bounds__(kVpThreads) vp_stats_kernel(const vp_params v)
   xent_vp_write(rec, v.record, &o);
 }
 
-/* The row's records combined, its outputs, and the shard's gradient in
- * place: one read and one write of the shard, its first vectors loaded
- * before the records are combined. */
+/* The gradient of a shard row in place, from its coefficients (gc.y the
+ * global target column; `offset` the shard's first global column), its
+ * first U vectors a thread already in `a`: one read and one write. */
 template <typename T, bool GENERAL>
-__global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params v) {
+__device__ __forceinline__ void vp_grad_row(const fwd_params &p, const grad_coef &gc, char *x,
+                                            const row_geom &g, int offset,
+                                            uint4 (&a)[kVpUnroll]) {
   constexpr int VN = elem<T>::N, U = kVpUnroll;
-  __shared__ grad_coef shared_gc;
-  __shared__ int skip;
-  const fwd_params &p = v.p;
-  if (forward_enter<T>(p)) return; /* rejected (deferred: the shard's gradient cleared) */
-  const int64_t row = blockIdx.x;
-  char *x = p.x + row * p.stride_bytes;
-  const row_geom g = make_geom<T>(x, p.vocab);
   uint4 *vp = (uint4 *)(x + (int64_t)g.head * (int)sizeof(T));
-  const int tid = threadIdx.x, nt = blockDim.x, offset = (int)v.offset, base = offset + g.head;
-  uint4 a[U];
-  if (p.write_grad)
-#pragma unroll
-    for (int u = 0; u < U; u++)
-      if (tid + u * nt < g.nvec) a[u] = ld_once(vp + tid + u * nt);
-  if (tid == 0) {
-    const int64_t y = load_target(p.targets, p.target64, row);
-    const bool bad = y != p.ignore_index && (y < 0 || y >= v.vocab);
-    skip = bad || y == p.ignore_index;
-    if (skip) {
-      skipped_row_outputs(p, row, bad);
-    } else {
-      const xent_vp_row c = xent_vp_combine(v.gathered + row * v.record,
-                                            p.rows * (int64_t)v.record, v.ranks, v.record);
-      part r = part_empty();
-      r.m = c.m;
-      r.s = c.s;
-      r.sx = c.u;
-      r.swx = c.wu;
-      r.ai = c.idx;
-      shared_gc = finish_row(p, r, c.t, row, (int)y, true);
-    }
-  }
-  __syncthreads();
-  if (!p.write_grad) return;
-  if (skip) {
-    zero_row<T>(x, g, tid, g.nvec, nt, tid, nt);
-    return;
-  }
-  const grad_coef gc = shared_gc; /* gc.y global, as every index below */
+  const int tid = threadIdx.x, nt = blockDim.x, base = offset + g.head;
   for (int j0 = tid;; j0 += U * nt) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
@@ -165,6 +130,58 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params 
     char *ep = x + (int64_t)ej * sizeof(T);
     elem<T>::store(ep, grad_one<GENERAL>(p, gc, elem<T>::load(ep), offset + ej));
   }
+}
+
+/* This thread's first U vectors of a row (those below nvec). */
+template <typename T>
+__device__ __forceinline__ void vp_first_vectors(const char *x, const row_geom &g,
+                                                 uint4 (&a)[kVpUnroll]) {
+  const uint4 *vp = (const uint4 *)(x + (int64_t)g.head * (int)sizeof(T));
+#pragma unroll
+  for (int u = 0; u < kVpUnroll; u++)
+    if (threadIdx.x + u * blockDim.x < (unsigned)g.nvec) a[u] = ld_once(vp + threadIdx.x + u * blockDim.x);
+}
+
+/* The row's records combined, its outputs, and the shard's gradient in
+ * place: one read and one write of the shard, its first vectors loaded
+ * before the records are combined. */
+template <typename T, bool GENERAL>
+__global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params v) {
+  __shared__ grad_coef shared_gc;
+  __shared__ int skip;
+  const fwd_params &p = v.p;
+  if (forward_enter<T>(p)) return; /* rejected (deferred: the shard's gradient cleared) */
+  const int64_t row = blockIdx.x;
+  char *x = p.x + row * p.stride_bytes;
+  const row_geom g = make_geom<T>(x, p.vocab);
+  const int offset = (int)v.offset;
+  uint4 a[kVpUnroll];
+  if (p.write_grad) vp_first_vectors<T>(x, g, a);
+  if (threadIdx.x == 0) {
+    const int64_t y = load_target(p.targets, p.target64, row);
+    const bool bad = y != p.ignore_index && (y < 0 || y >= v.vocab);
+    skip = bad || y == p.ignore_index;
+    if (skip) {
+      skipped_row_outputs(p, row, bad);
+    } else {
+      const xent_vp_row c = xent_vp_combine(v.gathered + row * v.record,
+                                            p.rows * (int64_t)v.record, v.ranks, v.record);
+      part r = part_empty();
+      r.m = c.m;
+      r.s = c.s;
+      r.sx = c.u;
+      r.swx = c.wu;
+      r.ai = c.idx;
+      shared_gc = finish_row(p, r, c.t, row, (int)y, true);
+    }
+  }
+  __syncthreads();
+  if (!p.write_grad) return;
+  if (skip) {
+    zero_row<T>(x, g, threadIdx.x, g.nvec, blockDim.x, threadIdx.x, blockDim.x);
+    return;
+  }
+  vp_grad_row<T, GENERAL>(p, shared_gc, x, g, offset, a);
 }
 
 /* vp.cu: either kernel over vp.p.rows rows (a block each), for dtype dt. */
