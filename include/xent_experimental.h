@@ -72,7 +72,12 @@ typedef struct xent_experimental {
                         elsewhere. 0: the environment variable XENT_PRODUCTS ("cublaslt" or
                         "xent") if set. xent's products write through TMA and add into a
                         gradient in L2 in its dtype: a 16-bit gradient that a product adds
-                        into takes two roundings there (xent.h, "How many roundings")     */
+                        into takes two roundings there (xent.h, "How many roundings").
+                        With them, a call that asks for no label smoothing, softcap,
+                        token accuracy or predicted tokens takes each chunk's row
+                        statistics from the logits' product (its statistics epilogue)
+                        and reads the logits once; XENT_TILE_STATS=0 in the environment
+                        keeps the chunk's own statistics pass (for comparisons)          */
 } xent_experimental;
 
 #define XENT_EXPERIMENTAL_INIT {{XENT_EXPERIMENTAL_TABLE, 0, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0}
