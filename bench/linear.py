@@ -15,7 +15,8 @@ Providers (each skipped, with a printed reason, when it is missing or cannot run
     xent_fp32accum  the same with accum_dtype=torch.float32 (an fp32 accumulator: V x H over
                     row chunks, BT x H over the vocabulary's slabs)
     xent_rows, xent_vocab, xent_fp32accum_rows, xent_fp32accum_vocab, xent_all (one chunk:
-    all the logits in memory), xent_own (xent's own Hopper products, where they run)
+    all the logits in memory), xent_own (xent's own Hopper products, where they run),
+    xent_own_nostats (the same without the logits' statistics epilogue)
                     (on request) the same with schedule="rows" or "vocab" asked for
     liger_flce      the peer's LigerFusedLinearCrossEntropyLoss (Triton, chunked)
     liger_sm90      the peer's Hopper kernel (CuTe DSL GEMMs, all the logits; liger-kernel 0.8.5
@@ -80,7 +81,7 @@ PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "liger_sm90",
              "torch_lce_chunked"]
 # on request only: xent with its schedule fixed (xent.h, "schedule")
 EXTRA_PROVIDERS = ["xent_rows", "xent_vocab", "xent_fp32accum_rows", "xent_fp32accum_vocab",
-                   "xent_all", "xent_own", "quack_512"]
+                   "xent_all", "xent_own", "xent_own_nostats", "quack_512"]
 # without dX these would time another step than the floor's
 FULL_STEP_ONLY = ["liger_flce", "liger_sm90", "quack", "quack_512", "cce", "cce_exact"]
 CHUNK_BUDGETS_MIB = [32, 64, 128, 256, 512, 1024, 2048]
@@ -176,9 +177,13 @@ def make_providers(torch, names: List[str]):
             if xt is None:
                 out[n] = (None, xt_reason)
                 continue
-            if n == "xent_own":  # xent's own Hopper products (xent_experimental.h, products)
+            if n in ("xent_own", "xent_own_nostats"):
+                # xent's own Hopper products (xent_experimental.h, products): 2 with the
+                # logits' statistics epilogue, 3 without it (the chunk's own statistics pass)
                 fn = xt.FusedLinearCrossEntropyLoss()
-                out[n] = ((lambda x, w, y, fn=fn: with_products(2, lambda: fn(w, x, y))), None)
+                mode = 2 if n == "xent_own" else 3
+                out[n] = ((lambda x, w, y, fn=fn, mode=mode: with_products(
+                    mode, lambda: fn(w, x, y))), None)
                 continue
             if n == "xent_all":  # one chunk: all the logits in memory, as torch.compile's
                 out[n] = ((lambda x, w, y: xt.FusedLinearCrossEntropyLoss(

@@ -76,8 +76,8 @@ typedef struct xent_experimental {
                         With them, a call that asks for no label smoothing, softcap,
                         token accuracy or predicted tokens takes each chunk's row
                         statistics from the logits' product (its statistics epilogue)
-                        and reads the logits once; XENT_TILE_STATS=0 in the environment
-                        keeps the chunk's own statistics pass (for comparisons)          */
+                        and reads the logits once; 3 is 2 without that (the chunk's own
+                        statistics pass, for comparisons)                                 */
 } xent_experimental;
 
 #define XENT_EXPERIMENTAL_INIT {{XENT_EXPERIMENTAL_TABLE, 0, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0}

@@ -98,8 +98,8 @@ xent_status xent_experimental_set(const xent_experimental *settings) {
     return xent_fail(XENT_ERROR_BAD_ARGUMENT,
                      "plan_arch is %d; it must be 0 or a compute capability from 75 to 129",
                      settings->plan_arch);
-  if (!in_range(settings->products, 0, 2))
-    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "products is %d; it must be 0, 1 or 2",
+  if (!in_range(settings->products, 0, 3))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "products is %d; it must be 0, 1, 2 or 3",
                      settings->products);
   current = *settings;
   return XENT_OK;

@@ -62,16 +62,6 @@ int env_products() {
   return v;
 }
 
-/* XENT_TILE_STATS=0: the chunk's statistics from its own pass, as with
- * cuBLASLt, even where xent's products could leave them (an A/B switch). */
-bool env_tile_stats_off() {
-  static const bool v = [] {
-    const char *s = getenv("XENT_TILE_STATS");
-    return s && !strcmp(s, "0");
-  }();
-  return v;
-}
-
 int products_mode(const xent_linear_call *lc) {
   return lc->exp.products ? lc->exp.products : env_products();
 }
@@ -83,7 +73,7 @@ xent_status product(const xent_linear_call *lc, const dev_props &dp, const lt_ge
                     size_t ws_bytes, cudaStream_t stream) {
   const int mode = products_mode(lc);
   gemm_product p;
-  if (mode == 2 && gemm_from_lt(g, true, &p) && !gemm_sm90_refusal(p, dp)) {
+  if ((mode == 2 || mode == 3) && gemm_from_lt(g, true, &p) && !gemm_sm90_refusal(p, dp)) {
     const xent_status st = gemm_sm90(p, dp, stream);
     char what[160];
     snprintf(what, sizeof what, "xent m=%lld n=%lld k=%lld%s%s%s tma", (long long)p.m,
@@ -97,13 +87,14 @@ xent_status product(const xent_linear_call *lc, const dev_props &dp, const lt_ge
 
 /* The logits' product with the statistics epilogue (256-column tiles; the
  * statistics in cuBLASLt's workspace, which xent's products leave unused),
- * or false where it does not run: the products are not xent's, the call
+ * or false where it does not run: the products are not xent's (or are, by
+ * products = 3, without it: the comparison), the call
  * folds more than (max, sum) (smoothing, softcap, an arg-max), the chunk's
  * statistics do not fit the workspace, or the GEMM refuses the product. */
 bool logits_with_stats(const xent_linear_call *lc, const dev_props &dp, const lt_gemm &g1,
                        void *ws, size_t ws_bytes, gemm_product *out) {
   const xent_options &o = lc->opt;
-  if (products_mode(lc) != 2 || env_tile_stats_off() || o.label_smoothing != 0.0f ||
+  if (products_mode(lc) != 2 || o.label_smoothing != 0.0f ||
       o.softcap != 0.0f || lc->out.predicted || lc->out.token_accuracy)
     return false;
   const int64_t tiles = (lc->in.vocab + 255) / 256;

@@ -104,9 +104,9 @@ static void test_gemm_args(void **state) {
   x = g; x.stats = st; /* without tile_n: the layout has no tile */
   assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ARGUMENT);
   for (size_t i = 0; i < 64; i++) assert_int_equal(d[i], 0x5A5A); /* D untouched */
-  /* the fused linear loss's choice of engine (xent_experimental.products): 0 to 2 */
+  /* the fused linear loss's choice of engine (xent_experimental.products): 0 to 3 */
   xent_experimental e = XENT_EXPERIMENTAL_INIT;
-  e.products = 3;
+  e.products = 4;
   assert_int_equal(xent_experimental_set(&e), XENT_ERROR_BAD_ARGUMENT);
   assert_int_equal(xent_experimental_get().products, 0);
   e.products = 2;

@@ -1122,6 +1122,17 @@ static void test_cuda_linear_own_products(void **state) {
     if (hopper && !t.backward)
       assert_non_null(strstr(xent_experimental_last_product(), "xent logits with statistics"));
   }
+  /* products = 3: xent's products, the chunk's own statistics pass */
+  e.products = 3;
+  assert_int_equal(xent_experimental_set(&e), XENT_OK);
+  xt_lin_case t = xt_lin_default(XENT_BFLOAT16, 300, 128, 1000);
+  t.want_acc = t.want_pred = 0;
+  t.backward = 0;
+  errs += run_case(t, 1, &rng, "own products without the statistics epilogue");
+  if (hopper) {
+    assert_null(strstr(xent_experimental_last_product(), "statistics"));
+    assert_non_null(strstr(xent_experimental_last_product(), "xent m="));
+  }
   assert_int_equal(xent_experimental_set(NULL), XENT_OK);
   assert_int_equal(errs, 0);
 }
