@@ -85,22 +85,24 @@ xent_status product(const xent_linear_call *lc, const dev_props &dp, const lt_ge
   return lt_matmul(g, ws, ws_bytes, stream);
 }
 
-/* The logits' product with the statistics epilogue (256-column tiles; the
- * statistics in cuBLASLt's workspace, which xent's products leave unused),
- * or false where it does not run: the products are not xent's (or are, by
- * products = 3, without it: the comparison), the call
- * folds more than (max, sum) (smoothing, softcap, an arg-max), the chunk's
- * statistics do not fit the workspace, or the GEMM refuses the product. */
+/* The columns of a tile of the logits' statistics epilogue. */
+constexpr int kStatsTile = 256;
+
+/* The logits' product with the statistics epilogue, `tiles` pairs a row (in
+ * cuBLASLt's workspace, which xent's products leave unused), or false where
+ * it does not run: the products are not xent's with it (products 2; 3 is
+ * the same products without it), the call folds more than (max, sum)
+ * (smoothing, softcap, an arg-max), the chunk's pairs do not fit the
+ * workspace, or the GEMM refuses the product. */
 bool logits_with_stats(const xent_linear_call *lc, const dev_props &dp, const lt_gemm &g1,
-                       void *ws, size_t ws_bytes, gemm_product *out) {
+                       int64_t tiles, void *ws, size_t ws_bytes, gemm_product *out) {
   const xent_options &o = lc->opt;
-  if (products_mode(lc) != 2 || o.label_smoothing != 0.0f ||
-      o.softcap != 0.0f || lc->out.predicted || lc->out.token_accuracy)
+  if (products_mode(lc) != 2 || o.label_smoothing != 0.0f || o.softcap != 0.0f ||
+      lc->out.predicted || lc->out.token_accuracy)
     return false;
-  const int64_t tiles = (lc->in.vocab + 255) / 256;
   if ((size_t)(lc->plan.chunk * tiles) * 8 > ws_bytes || !gemm_from_lt(g1, true, out))
     return false;
-  out->bn = 256;
+  out->bn = kStatsTile;
   out->stats = (float *)ws;
   return gemm_sm90_refusal(*out, dp) == nullptr;
 }
@@ -267,6 +269,7 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
 
   xent_plan l;
   int64_t planned = -1;
+  const int64_t tiles = (V + kStatsTile - 1) / kStatsTile;
   for (int64_t r0 = 0; st == XENT_OK && r0 < rows; r0 += plan.chunk) {
     const int64_t n = rows - r0 < plan.chunk ? rows - r0 : plan.chunk;
     const char *xc = (const char *)in.hidden + (size_t)(r0 * in.hidden_stride) * es;
@@ -277,7 +280,7 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
                   xc, in.hidden_stride, in.dtype, zbuf, plan.chunk_stride, in.dtype,
                   1.0f, 0.0f, in.bias, false};
     gemm_product ps;
-    const bool tiled = logits_with_stats(lc, dp, g1, ltws, plan.lt_bytes, &ps);
+    const bool tiled = logits_with_stats(lc, dp, g1, tiles, ltws, plan.lt_bytes, &ps);
     if (tiled) {
       if ((st = gemm_sm90(ps, dp, stream))) break;
       lt_set_last("xent logits with statistics");
@@ -318,11 +321,10 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
     p.row_grad_scale = g.grad_output && !scalar_go ? g.grad_output + r0 : NULL;
     p.token_scaling = lc->lo.use_token_scaling;
     if (tiled) {
-      const int tiles = (int)((V + 255) / 256);
       st = in.dtype == XENT_FLOAT16
-               ? launch_tile_forward<__half>(p, (const float *)ltws, tiles, dp, c.exp, stream)
-               : launch_tile_forward<__nv_bfloat16>(p, (const float *)ltws, tiles, dp, c.exp,
-                                                     stream);
+               ? launch_tile_forward<__half>(p, (const float *)ltws, (int)tiles, dp, c.exp, stream)
+               : launch_tile_forward<__nv_bfloat16>(p, (const float *)ltws, (int)tiles, dp,
+                                                     c.exp, stream);
       if (st) break;
     } else if ((st = launch_rows(l, dp, &cc, p, w.loss + r0, w.arr, stream))) {
       break;

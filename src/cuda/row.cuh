@@ -384,29 +384,30 @@ __device__ __forceinline__ void zero_row(char *row, const row_geom &g, int j0, i
 }
 
 /* Fold this thread's extra elements of a row (slots e0, e0 + step, ...)
- * into an online (max m, sum s) and the max-pass statistics q. */
+ * into an online (max m, sum s) and the max-pass statistics q. `base`: the
+ * column of the row's element 0 (a shard's offset; 0 for a whole row). */
 template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH>
 __device__ __forceinline__ void fold_extras(const fwd_params &p, const char *rowp,
                                             const row_geom &g, int e0, int step, float &m,
-                                            float &s, part &q) {
+                                            float &s, part &q, int base = 0) {
   for (int e = e0; e < g.extras; e += step) {
     const int ej = extra_index(g, e);
     float x = elem<T>::load(rowp + (int64_t)ej * sizeof(T)), d;
     if (GENERAL && p.use_softcap) x = cap(p, x, &d);
-    fold_max<GENERAL, ARGMAX, SMOOTH>(p, q, x, ej);
+    fold_max<GENERAL, ARGMAX, SMOOTH>(p, q, x, base + ej);
     xent_merge_element(&m, &s, x);
   }
 }
 
 /* The gradient of this thread's extra elements of a row (slots e0, e0 +
- * step, ...), in place. */
+ * step, ...), in place; `base` as fold_extras's. */
 template <typename T, bool GENERAL>
 __device__ __forceinline__ void grad_extras(const fwd_params &p, const grad_coef &gc, char *rowp,
-                                            const row_geom &g, int e0, int step) {
+                                            const row_geom &g, int e0, int step, int base = 0) {
   for (int e = e0; e < g.extras; e += step) {
     const int ej = extra_index(g, e);
     char *ep = rowp + (int64_t)ej * sizeof(T);
-    elem<T>::store(ep, grad_one<GENERAL>(p, gc, elem<T>::load(ep), ej));
+    elem<T>::store(ep, grad_one<GENERAL>(p, gc, elem<T>::load(ep), base + ej));
   }
 }
 

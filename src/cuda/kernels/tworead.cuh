@@ -26,11 +26,14 @@ constexpr int kTwoReadUnroll = 4; /* vectors a thread has in flight */
 
 /* Pass 1 over vectors [j_begin, j_end) (and the extra elements when
  * do_extras), by `nt` threads of which this is number `tid`, U vectors a
- * thread in flight: an online (max, sum) and the max-pass statistics. */
+ * thread in flight: an online (max, sum) and the max-pass statistics.
+ * `base`: the column of the row's element 0 (a shard's offset), for the
+ * weights and the arg-max. */
 template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH, int U = kTwoReadUnroll>
 __device__ __forceinline__ void tworead_pass1(const fwd_params &p, const char *rowp,
                                               const row_geom &g, int j_begin, int j_end,
-                                              bool do_extras, part &q, int tid, int nt) {
+                                              bool do_extras, part &q, int tid, int nt,
+                                              int base = 0) {
   constexpr int VN = elem<T>::N;
   constexpr int ES = (int)sizeof(T);
   const uint4 *vp = (const uint4 *)(rowp + (int64_t)g.head * ES);
@@ -50,10 +53,11 @@ __device__ __forceinline__ void tworead_pass1(const fwd_params &p, const char *r
 #pragma unroll
     for (int u = 0; u < U; u++) {
       int j = j0 + u * nt;
-      if (j < j_end) fold_vec<T, GENERAL, ARGMAX, SMOOTH>(p, v[u], g.head + j * VN, m, s, q);
+      if (j < j_end)
+        fold_vec<T, GENERAL, ARGMAX, SMOOTH>(p, v[u], base + g.head + j * VN, m, s, q);
     }
   }
-  if (do_extras) fold_extras<T, GENERAL, ARGMAX, SMOOTH>(p, rowp, g, tid, nt, m, s, q);
+  if (do_extras) fold_extras<T, GENERAL, ARGMAX, SMOOTH>(p, rowp, g, tid, nt, m, s, q, base);
   q.m = m;
   q.s = s;
 }

@@ -13,6 +13,7 @@
 #include "cuda/device.cuh"
 #include "cuda/params.cuh"
 #include "cuda/reduce.cuh"
+#include "cuda/kernels/tworead.cuh"
 #include "cuda/row.cuh"
 
 namespace xent {
@@ -30,42 +31,10 @@ struct vp_params {
   int ranks;
 };
 
-/* A shard row's elements in three parts (make_geom): the 16-byte vectors,
- * U a thread in flight, and the few elements before and after them. Every
- * index handed to the per-element math is the global one (offset + j), so
- * that class weights, the arg-max and the target's column need no shift. */
-constexpr int kVpUnroll = 4;
-
-template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH>
-__device__ __forceinline__ part vp_fold_row(const fwd_params &p, const char *x, const row_geom &g,
-                                            int offset) {
-  constexpr int VN = elem<T>::N, U = kVpUnroll;
-  const uint4 *vp = (const uint4 *)(x + (int64_t)g.head * (int)sizeof(T));
-  const int tid = threadIdx.x, nt = blockDim.x, base = offset + g.head;
-  part q = part_empty();
-  float m = -INFINITY, s = 0.0f;
-  for (int j0 = tid; j0 < g.nvec; j0 += U * nt) {
-    uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; u++)
-      if (j0 + u * nt < g.nvec) v[u] = ld_once(vp + j0 + u * nt);
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      const int j = j0 + u * nt;
-      if (j < g.nvec) fold_vec<T, GENERAL, ARGMAX, SMOOTH>(p, v[u], base + j * VN, m, s, q);
-    }
-  }
-  for (int e = tid; e < g.extras; e += nt) {
-    const int ej = extra_index(g, e);
-    float d, xc = elem<T>::load(x + (int64_t)ej * sizeof(T));
-    if (GENERAL && p.use_softcap) xc = cap(p, xc, &d);
-    fold_max<GENERAL, ARGMAX, SMOOTH>(p, q, xc, offset + ej);
-    xent_merge_element(&m, &s, xc);
-  }
-  q.m = m;
-  q.s = s;
-  return q;
-}
+/* 16-byte vectors a thread has in flight. Every index the per-element math
+ * takes is the global column (offset + j), so that class weights, the
+ * arg-max and the target's column need no shift. */
+constexpr int kVpUnroll = kTwoReadUnroll;
 
 template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH>
 __global__ void __launch_bounds__(kVpThreads) vp_stats_kernel(const vp_params v) {
@@ -81,8 +50,10 @@ __global__ void __launch_bounds__(kVpThreads) vp_stats_kernel(const vp_params v)
   }
   const char *x = p.x + row * p.stride_bytes;
   const row_geom g = make_geom<T>(x, p.vocab);
-  const part r = block_reduce(vp_fold_row<T, GENERAL, ARGMAX, SMOOTH>(p, x, g, (int)v.offset),
-                              scratch);
+  part q = part_empty(); /* one read of the shard, as the two-read kernel's first pass */
+  tworead_pass1<T, GENERAL, ARGMAX, SMOOTH, kVpUnroll>(p, x, g, 0, g.nvec, true, q, threadIdx.x,
+                                                       blockDim.x, (int)v.offset);
+  const part r = block_reduce(q, scratch);
   if (threadIdx.x != 0) return;
   xent_vp_row o;
   o.m = r.m;
@@ -125,11 +96,7 @@ __device__ __forceinline__ void vp_grad_row(const fwd_params &p, const grad_coef
     for (int u = 0; u < U; u++)
       if (j0 + (U + u) * nt < g.nvec) a[u] = ld_once(vp + j0 + (U + u) * nt);
   }
-  for (int e = tid; e < g.extras; e += nt) {
-    const int ej = extra_index(g, e);
-    char *ep = x + (int64_t)ej * sizeof(T);
-    elem<T>::store(ep, grad_one<GENERAL>(p, gc, elem<T>::load(ep), offset + ej));
-  }
+  grad_extras<T, GENERAL>(p, gc, x, g, tid, nt, offset);
 }
 
 /* This thread's first U vectors of a row (those below nvec). */
