@@ -85,12 +85,7 @@ __global__ void __launch_bounds__(kVpThreads)
     else shared_gc = finish_row(p, r, elem<T>::load(x + y * (int64_t)sizeof(T)), row, (int)y, true);
   }
   __syncthreads();
-  if (!p.write_grad) return;
-  if (skip) {
-    zero_row<T>(x, g, threadIdx.x, g.nvec, blockDim.x, threadIdx.x, blockDim.x);
-    return;
-  }
-  vp_grad_row<T, false>(p, shared_gc, x, g, 0, a);
+  vp_row_gradient<T, false>(p, skip, shared_gc, x, g, 0, a);
 }
 
 }  // namespace xent

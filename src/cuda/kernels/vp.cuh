@@ -99,6 +99,20 @@ __device__ __forceinline__ void vp_grad_row(const fwd_params &p, const grad_coef
   grad_extras<T, GENERAL>(p, gc, x, g, tid, nt, offset);
 }
 
+/* A row's gradient once its coefficients are shared: written in place,
+ * zeros for a skipped (ignored or bad) row, nothing without a gradient. */
+template <typename T, bool GENERAL>
+__device__ __forceinline__ void vp_row_gradient(const fwd_params &p, bool skip, const grad_coef &gc,
+                                                char *x, const row_geom &g, int offset,
+                                                uint4 (&a)[kVpUnroll]) {
+  if (!p.write_grad) return;
+  if (skip) {
+    zero_row<T>(x, g, threadIdx.x, g.nvec, blockDim.x, threadIdx.x, blockDim.x);
+    return;
+  }
+  vp_grad_row<T, GENERAL>(p, gc, x, g, offset, a);
+}
+
 /* This thread's first U vectors of a row (those below nvec). */
 template <typename T>
 __device__ __forceinline__ void vp_first_vectors(const char *x, const row_geom &g,
@@ -143,12 +157,7 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params 
     }
   }
   __syncthreads();
-  if (!p.write_grad) return;
-  if (skip) {
-    zero_row<T>(x, g, threadIdx.x, g.nvec, blockDim.x, threadIdx.x, blockDim.x);
-    return;
-  }
-  vp_grad_row<T, GENERAL>(p, shared_gc, x, g, offset, a);
+  vp_row_gradient<T, GENERAL>(p, skip, shared_gc, x, g, offset, a);
 }
 
 /* vp.cu: either kernel over vp.p.rows rows (a block each), for dtype dt. */
