@@ -41,7 +41,7 @@ class Gemm(ctypes.Structure):
         ("d", ctypes.c_void_p), ("ldd", ctypes.c_int64), ("d_dtype", ctypes.c_int),
         ("bias", ctypes.c_void_p),
         ("accumulate", ctypes.c_int), ("tile_n", ctypes.c_int), ("tma_epilogue", ctypes.c_int),
-        ("cluster_m", ctypes.c_int),
+        ("cluster_m", ctypes.c_int), ("stats", ctypes.c_void_p),
         ("device", ctypes.c_int), ("stream", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
     ]

@@ -102,9 +102,12 @@ if ls .whl/parts/*.count >/dev/null 2>&1; then
   done
 fi
 if [ ${#wheels[@]} -gt 0 ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "${TMPDIR:-/tmp}/xent-site" "${wheels[@]}" >"$LOGS/wheels.log" 2>&1 &&
-    export PYTHONPATH="${TMPDIR:-/tmp}/xent-site"
+  # unpacked, not pip-installed: pip --target moves each wheel's top folder in whole, so
+  # two wheels sharing one (nvidia_cutlass_dsl/, from libs-base and libs-cu13) lose files
+  for w in "${wheels[@]}"; do
+    python3 -m zipfile -e "$w" "${TMPDIR:-/tmp}/xent-site" >>"$LOGS/wheels.log" 2>&1
+  done
+  export PYTHONPATH="${TMPDIR:-/tmp}/xent-site"
   # nvidia-cutlass-dsl's modules (a .pth names them, which --target does not read)
   dsl="${TMPDIR:-/tmp}/xent-site/nvidia_cutlass_dsl/dsl_packages"
   [ -d "$dsl" ] && export PYTHONPATH="$PYTHONPATH:$dsl"

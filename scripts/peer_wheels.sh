@@ -14,7 +14,8 @@ py=(--python-version 3.12 --implementation cp --abi cp312 --platform manylinux_2
     --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --only-binary=:all:)
 python3 -m pip download -q --no-deps "${py[@]}" -d .whl \
   liger-kernel==0.8.5 nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1 \
-  nvidia-cutlass-dsl-libs-cu13==4.8.1 apache-tvm-ffi quack-kernels
+  nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1 apache-tvm-ffi \
+  quack-kernels
 for w in .whl/*.whl; do
   size=$(stat -c %s "$w")
   if [ "$size" -gt $((40 << 20)) ]; then
