@@ -138,6 +138,11 @@ def quantiles(s: List[float]) -> Tuple[float, float, float]:
     return q(0.5), q(0.2), q(0.8)
 
 
+# xent_experimental as ints: the launch's 9, programmatic, verdict_copy, backward_waves,
+# plan_arch, then products (tests/python/test_lib.py checks both against the header)
+EXPERIMENTAL_INTS, EXPERIMENTAL_PRODUCTS = 14, 13
+
+
 def with_products(mode: int, call):
     """call() with xent_experimental.products = mode on this thread (the fused linear
     loss computes its gradients in the forward, on the calling thread)."""
@@ -145,11 +150,11 @@ def with_products(mode: int, call):
     from xent import _lib
 
     class Experimental(ctypes.Structure):  # xent_experimental (include/xent_experimental.h)
-        _fields_ = [(f"f{i}", ctypes.c_int) for i in range(14)]
+        _fields_ = [(f"f{i}", ctypes.c_int) for i in range(EXPERIMENTAL_INTS)]
 
     lib = _lib.lib()
     e = Experimental()
-    e.f13 = mode  # the launch's 9 ints, programmatic, verdict_copy, backward_waves, plan_arch
+    setattr(e, f"f{EXPERIMENTAL_PRODUCTS}", mode)
     lib.xent_experimental_set.argtypes = [ctypes.c_void_p]
     if lib.xent_experimental_set(ctypes.byref(e)) != 0:
         raise RuntimeError("xent_experimental_set refused products=%d" % mode)

@@ -24,7 +24,16 @@ STRUCTS = {
     "xent_exec": _lib.XentExec,
     "xent_info": _lib.XentInfo,
     "xent_device_info": _lib.XentDeviceInfo,
+    "xent_linear_input": _lib.XentLinearInput,
+    "xent_linear_options": _lib.XentLinearOptions,
+    "xent_linear_grads": _lib.XentLinearGrads,
 }
+# the benchmarks' copies of xent_experimental.h's structures
+sys.path.insert(0, os.path.join(REPO, "bench"))
+import gemm as bench_gemm  # noqa: E402
+import linear as bench_linear  # noqa: E402
+
+STRUCTS["xent_experimental_gemm"] = bench_gemm.Gemm
 
 
 def _c_layout(tmp_path):
@@ -44,7 +53,10 @@ def _c_layout(tmp_path):
         #include <stddef.h>
         #include <stdio.h>
         #include "xent.h"
+        #include "xent_experimental.h"
         int main(void) {
+        printf("xent_experimental sizeof %%zu\\n", sizeof(xent_experimental));
+        printf("xent_experimental products %%zu\\n", offsetof(xent_experimental, products));
         %s
           return 0;
         }
@@ -65,6 +77,13 @@ def test_structures_match_the_header(tmp_path):
         assert ctypes.sizeof(cls) == layout[(cname, "sizeof")], cname
         for field, _ in cls._fields_:
             assert getattr(cls, field).offset == layout[(cname, field)], f"{cname}.{field}"
+
+
+def test_experimental_products_match_the_header(tmp_path):
+    """bench/linear.py sets xent_experimental.products through a block of ints."""
+    layout = _c_layout(tmp_path)
+    assert layout[("xent_experimental", "sizeof")] == 4 * bench_linear.EXPERIMENTAL_INTS
+    assert layout[("xent_experimental", "products")] == 4 * bench_linear.EXPERIMENTAL_PRODUCTS
 
 
 def test_defaults_match_the_header():
