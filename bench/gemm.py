@@ -10,7 +10,8 @@ keeps it):
   dW      dW += G^T X_c    (V, H, c), D read and written (beta 1)
 at c = the default chunk and c = BT. Engines: xent (its tile rule, register epilogue),
 xent_n128 / xent_n256 (a tile's columns forced), xent_tma (the TMA epilogue), xent_c2 (pairs
-of blocks sharing B by multicast, TMA epilogue), cublaslt, torch (torch.mm). Each engine: the median of --iters CUDA-event
+of blocks sharing B by multicast, TMA epilogue), cublaslt (its heuristic), cublaslt_loss (as the
+fused linear loss runs it: dW's chunk product in lt.cu's measured configuration), torch (torch.mm). Each engine: the median of --iters CUDA-event
 timings after --warmup, ms and TFLOP/s, and its ratio to cuBLASLt; the largest
 difference from cuBLASLt's output relative to its largest value (a check, not a
 result: the tests compare with float64). bf16.
@@ -47,7 +48,9 @@ class Gemm(ctypes.Structure):
     ]
 
 
-ENGINES = ["xent", "xent_n128", "xent_n256", "xent_tma", "xent_c2", "cublaslt", "torch"]
+ENGINES = ["xent", "xent_n128", "xent_n256", "xent_tma", "xent_c2", "cublaslt", "cublaslt_loss",
+           "torch"]
+PRODUCTS = ["logits", "dX", "dW"]
 
 
 def main(argv=None):
@@ -60,6 +63,8 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--csv", default=None)
+    ap.add_argument("--only", default=None,
+                    help="products to run, e.g. dW@chunk,logits@batch (default: all six)")
     a = ap.parse_args(argv)
     import torch
     from xent import _lib
@@ -107,8 +112,8 @@ def main(argv=None):
 
     def engine_args(e):
         """(engine, tile_n, tma_epilogue, cluster_m) of one of ENGINES but torch."""
-        if e == "cublaslt":
-            return 1, 0, 0, 0
+        if e in ("cublaslt", "cublaslt_loss"):
+            return (1 if e == "cublaslt" else 2), 0, 0, 0
         return (0, {"xent_n128": 128, "xent_n256": 256}.get(e, 0),
                 1 if e in ("xent_tma", "xent_c2") else 0, 2 if e == "xent_c2" else 0)
 
@@ -140,8 +145,11 @@ def main(argv=None):
     hdr = f"{'product':7} {'m x n x k':>22}  " + "  ".join(f"{e:>17}" for e in engines)
     print("ms, TF/s and the ratio to cuBLASLt of each engine; diff: largest |D - D_cuBLASLt| / max|D|")
     print(hdr)
-    for c in (a.chunk, BT):
-        for kind in ("logits", "dX", "dW"):
+    only = set(a.only.split(",")) if a.only else None
+    for c, where in ((a.chunk, "chunk"), (BT, "batch")):
+        for kind in PRODUCTS:
+            if only is not None and f"{kind}@{where}" not in only:
+                continue
             m, n, k, shape, ldd, spec, mm = product(kind, c)
             flop = 2.0 * m * n * k
             start = (torch.rand(shape, device=dev, generator=gen) * 2e-2 - 1e-2).to(bf)

@@ -130,7 +130,11 @@ XENT_API const char *xent_experimental_last_linear(void);
  * `device`; nothing waits. */
 typedef enum xent_experimental_gemm_engine {
   XENT_EXPERIMENTAL_GEMM_XENT = 0,     /* xent's own (src/cuda/gemm/)        */
-  XENT_EXPERIMENTAL_GEMM_CUBLASLT = 1  /* cuBLASLt's heuristic, as lt.cu     */
+  XENT_EXPERIMENTAL_GEMM_CUBLASLT = 1, /* cuBLASLt's heuristic, as lt.cu     */
+  /* cuBLASLt configured as the fused linear loss configures it: an
+   * accumulating product with an M-major A (dW over a chunk) takes the
+   * configuration lt.cu measured for chunks where it applies */
+  XENT_EXPERIMENTAL_GEMM_CUBLASLT_LOSS = 2
 } xent_experimental_gemm_engine;
 
 typedef struct xent_experimental_gemm {

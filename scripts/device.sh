@@ -39,6 +39,8 @@
 #   dwk          dev/cuda/lt_dwk.cu: dW's product by k, cuBLASLt's heuristic against the forced tile
 #   gemm         bench/gemm.py: the three products through xent's own Hopper GEMM (src/cuda/gemm/)
 #                against cuBLASLt and torch.mm, at the default chunk and the whole batch
+#   gemmncu      Nsight Compute over the chunk's dW and logits products (XENT_NCU_PRODUCTS),
+#                xent's GEMM against cuBLASLt as the loss configures it
 #   cutlass      dev/cuda/gemm_cutlass_spike.cu: the three products through CUTLASS's Hopper
 #                GEMMs against cuBLASLt (the nvidia-cutlass wheel carried in .whl)
 #   hf           bench/hf_step.py: a 1B-shaped Hugging Face model's training step with
@@ -440,6 +442,19 @@ if has gemm && in_time gemm; then
     >"$OUT/gemm.log" 2>&1
   note gemm "rc=$?"
   tail -12 "$OUT/gemm.log"
+fi
+if has gemmncu && in_time gemmncu; then
+  # Nsight Compute over the chunk's dW and logits products: xent's GEMM against cuBLASLt as
+  # the loss runs it (where the tensor cores wait, and on what)
+  stamp "gemmncu"
+  timeout 400 ncu --target-processes all --kernel-name regex:"sm90_gemm|nvjet" \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    --section WarpStateStats --section Occupancy python3 bench/gemm.py --iters 1 --warmup 0 \
+    --only "${XENT_NCU_PRODUCTS:-dW@chunk,logits@chunk}" --engines xent_tma,cublaslt_loss \
+    >"$OUT/gemmncu.log" 2>&1
+  note gemmncu "rc=$? $(grep -c 'Duration' "$OUT/gemmncu.log") kernels"
+  grep -E '^  [a-z_]+.*\(|Duration|Compute \(SM\) Throughput|L2 Cache Throughput|DRAM Throughput|Issued Ipc|Warp Cycles Per Issued|No Eligible' \
+    "$OUT/gemmncu.log" | head -60
 fi
 if has power && in_time power; then
   stamp "power"

@@ -119,7 +119,7 @@ xent_status xent_experimental_gemm_run(const xent_experimental_gemm *g) {
   if (!g) return xent_fail(XENT_ERROR_NULL_POINTER, "the product's description is NULL");
   if (!g->a || !g->b || !g->d)
     return xent_fail(XENT_ERROR_NULL_POINTER, "A, B and D must not be NULL");
-  if (!in_range((int)g->engine, XENT_EXPERIMENTAL_GEMM_XENT, XENT_EXPERIMENTAL_GEMM_CUBLASLT))
+  if (!in_range((int)g->engine, XENT_EXPERIMENTAL_GEMM_XENT, XENT_EXPERIMENTAL_GEMM_CUBLASLT_LOSS))
     return xent_fail(XENT_ERROR_BAD_ENUM, "engine %d is not a xent_experimental_gemm_engine",
                      (int)g->engine);
   if (g->m < 1 || g->n < 1 || g->k < 1)

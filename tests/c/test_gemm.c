@@ -88,7 +88,7 @@ static void test_gemm_args(void **state) {
   assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_STRIDE);
   x = g; x.a_m_major = 1; x.m = 5; /* an M-major A's rows hold m values */
   assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_STRIDE);
-  x = g; x.engine = (xent_experimental_gemm_engine)2;
+  x = g; x.engine = (xent_experimental_gemm_engine)3;
   assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ENUM);
   x = g; x.dtype = XENT_FLOAT32;
   assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ENUM);
@@ -226,13 +226,13 @@ static xent_status run_case(const gcase *c, int engine, xt_rng *rng, double *wor
                        : c->ddt == XENT_BFLOAT16 ? 0x1p-133
                                                  : 0x1p-149;
     const int twice = c->accumulate && c->ddt != XENT_FLOAT32 &&
-                      (c->tma || engine == XENT_EXPERIMENTAL_GEMM_CUBLASLT);
+                      (c->tma || engine != XENT_EXPERIMENTAL_GEMM_XENT);
     /* cuBLASLt accumulating into a 16-bit D: errors past two roundings and the
      * sum's (k + 2) 2^-22 of the magnitudes seen (H100, 2026-12-06: 1.5 ulps of
      * D; then 1.08x the whole bound at 300 x 1000 x 72, a sum cancelling to
      * 0.2 % of its magnitudes); the whole bound is doubled for it (it is the
      * comparison, not the subject) */
-    const double slack = engine == XENT_EXPERIMENTAL_GEMM_CUBLASLT && twice ? 2.0 : 1.0;
+    const double slack = engine != XENT_EXPERIMENTAL_GEMM_XENT && twice ? 2.0 : 1.0;
     for (int64_t i = 0; i < c->m; i++)
       for (int64_t j = 0; j < g.ldd; j++) {
         const int64_t at = i * g.ldd + j;
@@ -332,7 +332,7 @@ enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
 static void cuda_products(int engine, int cluster, const char *test) {
   if (!have_gpu()) skip();
   xt_rng rng = xt_rng_for(test);
-  const int expected = engine == XENT_EXPERIMENTAL_GEMM_CUBLASLT || xent_gemm_expected();
+  const int expected = engine != XENT_EXPERIMENTAL_GEMM_XENT || xent_gemm_expected();
   double worst = 0;
   int ran = 0;
   for (int s = 0; s < NSHAPES; s++)
@@ -345,7 +345,7 @@ static void cuda_products(int engine, int cluster, const char *test) {
       if (layout == MN && v % 4 == 1) c.ddt = XENT_FLOAT32; /* the fp32 weight gradient */
       if (layout == MN) c.accumulate = v % 5 != 0;           /* dW adds up over chunks  */
       if (engine == XENT_EXPERIMENTAL_GEMM_XENT) c.tma = (v / 4) % 2;
-      if (engine == XENT_EXPERIMENTAL_GEMM_CUBLASLT) c.tile_n = 0, c.tma = 0;
+      if (engine != XENT_EXPERIMENTAL_GEMM_XENT) c.tile_n = 0, c.tma = 0;
       if (cluster) c.cluster = cluster, c.tile_n = 0; /* pairs take 256-column tiles */
       if (engine == XENT_EXPERIMENTAL_GEMM_XENT && layout == KK && !c.accumulate) {
         c.tile_n = cluster || (s / 2) % 2 ? 256 : 128; /* the statistics' layout is by tile */
@@ -374,6 +374,13 @@ static void test_cuda_gemm_xent(void **state) {
 static void test_cuda_gemm_xent_clusters(void **state) {
   (void)state;
   cuda_products(XENT_EXPERIMENTAL_GEMM_XENT, 2, "test_cuda_gemm_xent_clusters");
+}
+
+/* cuBLASLt as the fused linear loss runs it: dW's chunk products (bf16, k up
+ * to 640) in lt.cu's measured configuration rather than the heuristic's */
+static void test_cuda_gemm_cublaslt_loss(void **state) {
+  (void)state;
+  cuda_products(XENT_EXPERIMENTAL_GEMM_CUBLASLT_LOSS, 0, "test_cuda_gemm_cublaslt_loss");
 }
 
 static void test_cuda_gemm_cublaslt(void **state) {
@@ -416,6 +423,13 @@ static void test_cuda_gemm_refusals(void **state) {
 #else
 static void test_cuda_gemm_xent(void **state) { (void)state; skip(); }
 static void test_cuda_gemm_xent_clusters(void **state) { (void)state; skip(); }
+/* cuBLASLt as the fused linear loss runs it: dW's chunk products (bf16, k up
+ * to 640) in lt.cu's measured configuration rather than the heuristic's */
+static void test_cuda_gemm_cublaslt_loss(void **state) {
+  (void)state;
+  cuda_products(XENT_EXPERIMENTAL_GEMM_CUBLASLT_LOSS, 0, "test_cuda_gemm_cublaslt_loss");
+}
+
 static void test_cuda_gemm_cublaslt(void **state) { (void)state; skip(); }
 static void test_cuda_gemm_refusals(void **state) { (void)state; skip(); }
 #endif
@@ -425,6 +439,7 @@ int main(void) {
       cmocka_unit_test(test_gemm_args),
       cmocka_unit_test(test_cuda_gemm_xent),
       cmocka_unit_test(test_cuda_gemm_cublaslt),
+      cmocka_unit_test(test_cuda_gemm_cublaslt_loss),
       cmocka_unit_test(test_cuda_gemm_refusals),
       cmocka_unit_test(test_cuda_gemm_xent_clusters), /* last: a hang leaves the rest reported */
   };

@@ -230,9 +230,11 @@ extern "C" xent_status xent_cuda_gemm(const xent_experimental_gemm *x) {
   } else if (!st) {
     /* row-major D is column-major D^T (n x m) = op(B) op(A): B's storage as
      * cuBLAS's A (transposed when K-major), A's as its B */
+    const bool chunk_k = x->engine == XENT_EXPERIMENTAL_GEMM_CUBLASLT_LOSS && x->a_m_major &&
+                         x->accumulate; /* as linear.cu marks dW's product over a chunk */
     const lt_gemm g = {!x->b_n_major, x->a_m_major != 0, x->n, x->m, x->k, x->b, x->ldb,
                        x->dtype, x->a, x->lda, x->dtype, x->d, x->ldd, x->d_dtype, 1.0f,
-                       x->accumulate ? 1.0f : 0.0f, x->bias, false};
+                       x->accumulate ? 1.0f : 0.0f, x->bias, chunk_k};
     st = lt_matmul(g, x->workspace, x->workspace_bytes, stream);
   }
   leave_device(&scope);
