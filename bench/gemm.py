@@ -10,7 +10,8 @@ keeps it):
   dW      dW += G^T X_c    (V, H, c), D read and written (beta 1)
 at c = the default chunk and c = BT. Engines: xent (its tile rule, register epilogue),
 xent_n128 / xent_n256 (a tile's columns forced), xent_tma (the TMA epilogue), xent_c2 (pairs
-of blocks sharing B by multicast, TMA epilogue), cublaslt (its heuristic), cublaslt_loss (as the
+of blocks sharing B by multicast, TMA epilogue), xent_pp (the consumers on alternate 64-row
+tiles, one writing while the other multiplies; TMA epilogue), cublaslt (its heuristic), cublaslt_loss (as the
 fused linear loss runs it: dW's chunk product in lt.cu's measured configuration), torch (torch.mm). Each engine: the median of --iters CUDA-event
 timings after --warmup, ms and TFLOP/s, and its ratio to cuBLASLt; the largest
 difference from cuBLASLt's output relative to its largest value (a check, not a
@@ -42,14 +43,14 @@ class Gemm(ctypes.Structure):
         ("d", ctypes.c_void_p), ("ldd", ctypes.c_int64), ("d_dtype", ctypes.c_int),
         ("bias", ctypes.c_void_p),
         ("accumulate", ctypes.c_int), ("tile_n", ctypes.c_int), ("tma_epilogue", ctypes.c_int),
-        ("cluster_m", ctypes.c_int), ("stats", ctypes.c_void_p),
+        ("cluster_m", ctypes.c_int), ("stats", ctypes.c_void_p), ("pingpong", ctypes.c_int),
         ("device", ctypes.c_int), ("stream", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
     ]
 
 
-ENGINES = ["xent", "xent_n128", "xent_n256", "xent_tma", "xent_c2", "cublaslt", "cublaslt_loss",
-           "torch"]
+ENGINES = ["xent", "xent_n128", "xent_n256", "xent_tma", "xent_pp", "xent_c2", "cublaslt",
+           "cublaslt_loss", "torch"]
 PRODUCTS = ["logits", "dX", "dW"]
 
 
@@ -111,18 +112,20 @@ def main(argv=None):
         return m, n, k, shape, ldd, spec, mm
 
     def engine_args(e):
-        """(engine, tile_n, tma_epilogue, cluster_m) of one of ENGINES but torch."""
+        """(engine, tile_n, tma_epilogue, cluster_m, pingpong) of one of ENGINES but torch."""
         if e in ("cublaslt", "cublaslt_loss"):
-            return (1 if e == "cublaslt" else 2), 0, 0, 0
+            return (1 if e == "cublaslt" else 2), 0, 0, 0, 0
         return (0, {"xent_n128": 128, "xent_n256": 256}.get(e, 0),
-                1 if e in ("xent_tma", "xent_c2") else 0, 2 if e == "xent_c2" else 0)
+                1 if e in ("xent_tma", "xent_c2", "xent_pp") else 0, 2 if e == "xent_c2" else 0,
+                1 if e == "xent_pp" else 0)
 
-    def xent_call(engine, tile_n, tma, cluster, m, n, k, ldd, spec, out):
+    def xent_call(engine, tile_n, tma, cluster, pingpong, m, n, k, ldd, spec, out):
         g = Gemm(engine=engine, m=m, n=n, k=k, a=spec["a"].data_ptr(), lda=spec["lda"],
                  a_m_major=spec["amn"], b=spec["b"].data_ptr(), ldb=spec["ldb"],
                  b_n_major=spec["bnn"], dtype=_lib.XENT_BFLOAT16, d=out.data_ptr(), ldd=ldd,
                  d_dtype=_lib.XENT_BFLOAT16, bias=None, accumulate=spec["acc"], tile_n=tile_n,
-                 tma_epilogue=tma, cluster_m=cluster, device=dev.index or 0, stream=stream,
+                 tma_epilogue=tma, cluster_m=cluster, pingpong=pingpong, device=dev.index or 0,
+                 stream=stream,
                  workspace=ws.data_ptr(), workspace_bytes=ws.numel())
         st = lib.xent_experimental_gemm_run(ctypes.byref(g))
         if st != 0:

@@ -16,7 +16,8 @@ Providers (each skipped, with a printed reason, when it is missing or cannot run
                     row chunks, BT x H over the vocabulary's slabs)
     xent_rows, xent_vocab, xent_fp32accum_rows, xent_fp32accum_vocab, xent_all (one chunk:
     all the logits in memory), xent_own (xent's own Hopper products, where they run),
-    xent_own_nostats (the same without the logits' statistics epilogue)
+    xent_own_nostats (the same without the logits' statistics epilogue), xent_own_pingpong
+    and xent_own_pingpong_nostats (the same two with the GEMM's consumers on alternate tiles)
                     (on request) the same with schedule="rows" or "vocab" asked for
     liger_flce      the peer's LigerFusedLinearCrossEntropyLoss (Triton, chunked)
     liger_sm90      the peer's Hopper kernel (CuTe DSL GEMMs, all the logits; liger-kernel 0.8.5
@@ -81,7 +82,8 @@ PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "liger_sm90",
              "torch_lce_chunked"]
 # on request only: xent with its schedule fixed (xent.h, "schedule")
 EXTRA_PROVIDERS = ["xent_rows", "xent_vocab", "xent_fp32accum_rows", "xent_fp32accum_vocab",
-                   "xent_all", "xent_own", "xent_own_nostats", "quack_512"]
+                   "xent_all", "xent_own", "xent_own_nostats", "xent_own_pingpong",
+                   "xent_own_pingpong_nostats", "quack_512"]
 # without dX these would time another step than the floor's
 FULL_STEP_ONLY = ["liger_flce", "liger_sm90", "quack", "quack_512", "cce", "cce_exact"]
 CHUNK_BUDGETS_MIB = [32, 64, 128, 256, 512, 1024, 2048]
@@ -182,11 +184,14 @@ def make_providers(torch, names: List[str]):
             if xt is None:
                 out[n] = (None, xt_reason)
                 continue
-            if n in ("xent_own", "xent_own_nostats"):
+            own = {"xent_own": 2, "xent_own_nostats": 3, "xent_own_pingpong": 4,
+                   "xent_own_pingpong_nostats": 5}
+            if n in own:
                 # xent's own Hopper products (xent_experimental.h, products): 2 with the
-                # logits' statistics epilogue, 3 without it (the chunk's own statistics pass)
+                # logits' statistics epilogue, 3 without it (the chunk's own statistics pass),
+                # 4 and 5 the same with the consumers on alternate tiles
                 fn = xt.FusedLinearCrossEntropyLoss()
-                mode = 2 if n == "xent_own" else 3
+                mode = own[n]
                 out[n] = ((lambda x, w, y, fn=fn, mode=mode: with_products(
                     mode, lambda: fn(w, x, y))), None)
                 continue

@@ -77,7 +77,9 @@ typedef struct xent_experimental {
                         token accuracy or predicted tokens takes each chunk's row
                         statistics from the logits' product (its statistics epilogue)
                         and reads the logits once; 3 is 2 without that (the chunk's own
-                        statistics pass, for comparisons)                                 */
+                        statistics pass, for comparisons). 4 and 5 are 2 and 3 with the
+                        GEMM's consumers on alternate tiles (xent_experimental_gemm,
+                        pingpong); XENT_PRODUCTS "xent_pingpong" is 4                      */
 } xent_experimental;
 
 #define XENT_EXPERIMENTAL_INIT {{XENT_EXPERIMENTAL_TABLE, 0, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0}
@@ -166,6 +168,10 @@ typedef struct xent_experimental_gemm {
                              over the j of column tile t, taken over D as stored, at
                              stats[2 (i ceil(n / tile_n) + t)] and the float after;
                              needs tile_n, a D of the operands' type, no accumulate */
+  int pingpong;           /* xent: 1 gives each consumer warpgroup tiles of 64 rows of its
+                             own, taken in turns, so that one writes its tile while the
+                             other multiplies (not with cluster_m 2); 0: both share each
+                             128-row tile */
   int device;
   void *stream;           /* a cudaStream_t; NULL: the default stream              */
   void *workspace;        /* cuBLASLt's workspace on the device, or NULL            */

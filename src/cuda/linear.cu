@@ -52,12 +52,17 @@ namespace xent {
 
 namespace {
 
-/* XENT_PRODUCTS ("cublaslt" or "xent"): the products' engine for calls whose
- * settings leave it to the library, read once (0 when unset). */
+/* XENT_PRODUCTS ("cublaslt", "xent" or "xent_pingpong"): the products'
+ * engine for calls whose settings leave it to the library, read once (0 when
+ * unset). */
 int env_products() {
   static const int v = [] {
     const char *s = getenv("XENT_PRODUCTS");
-    return !s ? 0 : !strcmp(s, "xent") ? 2 : !strcmp(s, "cublaslt") ? 1 : 0;
+    return !s                           ? 0
+           : !strcmp(s, "xent")          ? 2
+           : !strcmp(s, "xent_pingpong") ? 4
+           : !strcmp(s, "cublaslt")      ? 1
+                                         : 0;
   }();
   return v;
 }
@@ -73,12 +78,13 @@ xent_status product(const xent_linear_call *lc, const dev_props &dp, const lt_ge
                     size_t ws_bytes, cudaStream_t stream) {
   const int mode = products_mode(lc);
   gemm_product p;
-  if ((mode == 2 || mode == 3) && gemm_from_lt(g, true, &p) && !gemm_sm90_refusal(p, dp)) {
+  if (mode >= 2 && gemm_from_lt(g, true, &p) && !gemm_sm90_refusal(p, dp)) {
+    p.pingpong = mode >= 4;
     const xent_status st = gemm_sm90(p, dp, stream);
     char what[160];
-    snprintf(what, sizeof what, "xent m=%lld n=%lld k=%lld%s%s%s tma", (long long)p.m,
+    snprintf(what, sizeof what, "xent m=%lld n=%lld k=%lld%s%s%s tma%s", (long long)p.m,
              (long long)p.n, (long long)p.k, p.a_mn ? " A-M" : "", p.b_mn ? " B-N" : "",
-             p.accumulate ? " add" : "");
+             p.accumulate ? " add" : "", p.pingpong ? " pingpong" : "");
     if (!st) lt_set_last(what);
     return st;
   }
@@ -90,20 +96,22 @@ constexpr int kStatsTile = 256;
 
 /* The logits' product with the statistics epilogue, `tiles` pairs a row (in
  * cuBLASLt's workspace, which xent's products leave unused), or false where
- * it does not run: the products are not xent's with it (products 2; 3 is
- * the same products without it), the call folds more than (max, sum)
+ * it does not run: the products are not xent's with it (products 2 or 4; 3
+ * and 5 are the same products without it), the call folds more than (max, sum)
  * (smoothing, softcap, an arg-max), the chunk's pairs do not fit the
  * workspace, or the GEMM refuses the product. */
 bool logits_with_stats(const xent_linear_call *lc, const dev_props &dp, const lt_gemm &g1,
                        int64_t tiles, void *ws, size_t ws_bytes, gemm_product *out) {
   const xent_options &o = lc->opt;
-  if (products_mode(lc) != 2 || o.label_smoothing != 0.0f || o.softcap != 0.0f ||
+  const int mode = products_mode(lc);
+  if ((mode != 2 && mode != 4) || o.label_smoothing != 0.0f || o.softcap != 0.0f ||
       lc->out.predicted || lc->out.token_accuracy)
     return false;
   if ((size_t)(lc->plan.chunk * tiles) * 8 > ws_bytes || !gemm_from_lt(g1, true, out))
     return false;
   out->bn = kStatsTile;
   out->stats = (float *)ws;
+  out->pingpong = mode == 4;
   return gemm_sm90_refusal(*out, dp) == nullptr;
 }
 
@@ -283,7 +291,8 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
     const bool tiled = logits_with_stats(lc, dp, g1, tiles, ltws, plan.lt_bytes, &ps);
     if (tiled) {
       if ((st = gemm_sm90(ps, dp, stream))) break;
-      lt_set_last("xent logits with statistics");
+      lt_set_last(ps.pingpong ? "xent logits with statistics pingpong"
+                              : "xent logits with statistics");
     } else if ((st = product(lc, dp, g1, ltws, plan.lt_bytes, stream))) {
       break;
     }

@@ -1133,6 +1133,22 @@ static void test_cuda_linear_own_products(void **state) {
     assert_null(strstr(xent_experimental_last_product(), "statistics"));
     assert_non_null(strstr(xent_experimental_last_product(), "xent m="));
   }
+  /* products = 4 and 5: the same with the GEMM's consumers on alternate tiles */
+  for (int mode = 4; mode <= 5; mode++) {
+    e.products = mode;
+    assert_int_equal(xent_experimental_set(&e), XENT_OK);
+    xt_lin_case p = xt_lin_default(mode == 4 ? XENT_BFLOAT16 : XENT_FLOAT16, 700, 128, 1037);
+    p.chunk_rows = 256;
+    p.want_acc = p.want_pred = 0;
+    p.bias = 1;
+    p.backward = 0;
+    errs += run_case(p, 1, &rng, mode == 4 ? "own products, pingpong, statistics epilogue"
+                                           : "own products, pingpong");
+    if (hopper)
+      assert_non_null(strstr(xent_experimental_last_product(),
+                             mode == 4 ? "statistics pingpong" : "pingpong"));
+    errs += gradient_sweep(1, &rng, XENT_SCHEDULE_AUTO);
+  }
   assert_int_equal(xent_experimental_set(NULL), XENT_OK);
   assert_int_equal(errs, 0);
 }

@@ -74,11 +74,11 @@ xent_status resident_clusters(K kern, int CM, int smem, int dev, int *out) {
   return XENT_OK;
 }
 
-template <typename T, typename TD, int BN, bool AMN, bool BMN, bool EPI, int CM>
+template <typename T, typename TD, int BN, bool AMN, bool BMN, bool EPI, int CM, bool PP>
 xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stream, int group_m) {
   using namespace gemm;
-  constexpr int smem = sm90_smem<BN, EPI>();
-  auto kern = sm90_gemm_kernel<T, TD, BN, AMN, BMN, EPI, CM>;
+  constexpr int smem = sm90_smem<BN, EPI, PP>(), BM = sm90_bm<PP>();
+  auto kern = sm90_gemm_kernel<T, TD, BN, AMN, BMN, EPI, CM, PP>;
   /* once per device and kernel: more shared memory than the default 48 KiB */
   static unsigned set_on = 0; /* a bit per device (xent serves devices 0-31 here) */
   int dev = 0;
@@ -93,7 +93,7 @@ xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stre
   CUtensorMap ma, mb, md = {};
   const bool ok =
       (AMN ? encode(&ma, p.a, p.ab_type, p.m, p.k, p.lda, kBK)
-           : encode(&ma, p.a, p.ab_type, p.k, p.m, p.lda, kBM)) &&
+           : encode(&ma, p.a, p.ab_type, p.k, p.m, p.lda, BM)) &&
       (BMN ? encode(&mb, p.b, p.ab_type, p.n, p.k, p.ldb, kBK)
            : encode(&mb, p.b, p.ab_type, p.k, p.n, p.ldb, BN / CM)) &&
       (!EPI || encode(&md, p.d, p.d_type, p.n, p.m, p.ldd, 64));
@@ -102,7 +102,7 @@ xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stre
                      "the driver refused a tensor map of a %lld x %lld x %lld product",
                      (long long)p.m, (long long)p.n, (long long)p.k);
   /* persistent: as many blocks (clusters) as run at once, no more than the walk has steps */
-  const int64_t steps = ((p.m + (int64_t)kBM * CM - 1) / ((int64_t)kBM * CM)) * ((p.n + BN - 1) / BN);
+  const int64_t steps = ((p.m + (int64_t)BM * CM - 1) / ((int64_t)BM * CM)) * ((p.n + BN - 1) / BN);
   int resident = dp.sms;
   if (CM > 1) {
     xent_status st = resident_clusters(kern, CM, smem, dev, &resident);
@@ -122,16 +122,22 @@ xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stre
   return XENT_OK;
 }
 
+template <typename T, typename TD, bool AMN, bool BMN, bool PP>
+xent_status by_epilogue(const gemm_product &p, const dev_props &dp, cudaStream_t s, int bn, int gm) {
+  if (p.tma_epilogue)
+    return bn == 256 ? launch<T, TD, 256, AMN, BMN, true, 1, PP>(p, dp, s, gm)
+                     : launch<T, TD, 128, AMN, BMN, true, 1, PP>(p, dp, s, gm);
+  return bn == 256 ? launch<T, TD, 256, AMN, BMN, false, 1, PP>(p, dp, s, gm)
+                   : launch<T, TD, 128, AMN, BMN, false, 1, PP>(p, dp, s, gm);
+}
+
 template <typename T, typename TD, bool AMN, bool BMN>
 xent_status by_tile(const gemm_product &p, const dev_props &dp, cudaStream_t s, int bn, int gm) {
   if (p.cluster_m == 2) /* pairs take 256-column tiles only (gemm_sm90_refusal) */
-    return p.tma_epilogue ? launch<T, TD, 256, AMN, BMN, true, 2>(p, dp, s, gm)
-                          : launch<T, TD, 256, AMN, BMN, false, 2>(p, dp, s, gm);
-  if (p.tma_epilogue)
-    return bn == 256 ? launch<T, TD, 256, AMN, BMN, true, 1>(p, dp, s, gm)
-                     : launch<T, TD, 128, AMN, BMN, true, 1>(p, dp, s, gm);
-  return bn == 256 ? launch<T, TD, 256, AMN, BMN, false, 1>(p, dp, s, gm)
-                   : launch<T, TD, 128, AMN, BMN, false, 1>(p, dp, s, gm);
+    return p.tma_epilogue ? launch<T, TD, 256, AMN, BMN, true, 2, false>(p, dp, s, gm)
+                          : launch<T, TD, 256, AMN, BMN, false, 2, false>(p, dp, s, gm);
+  return p.pingpong ? by_epilogue<T, TD, AMN, BMN, true>(p, dp, s, bn, gm)
+                    : by_epilogue<T, TD, AMN, BMN, false>(p, dp, s, bn, gm);
 }
 
 template <typename T>
@@ -162,6 +168,7 @@ const char *gemm_sm90_refusal(const gemm_product &p, const dev_props &dp) {
   if (p.bn != 0 && p.bn != 128 && p.bn != 256) return "the tile's columns are 128 or 256";
   if (p.cluster_m < 0 || p.cluster_m > 2) return "clusters along M are of 1 or 2 blocks";
   if (p.cluster_m == 2 && p.bn == 128) return "clusters of 2 blocks take 256-column tiles";
+  if (p.cluster_m == 2 && p.pingpong) return "the consumers take turns without clusters";
   if (p.stats && (p.bn == 0 || p.accumulate || p.d_type != p.ab_type || ((uintptr_t)p.stats & 7)))
     return "the statistics epilogue needs the tile's columns, a fresh D of the operands' type "
            "and 8-byte aligned statistics";
@@ -181,7 +188,7 @@ bool gemm_from_lt(const lt_gemm &g, bool tma_epilogue, gemm_product *p) {
   /* column-major D (m x n) is row-major D^T (n x m): rows of op(B)^T times
    * rows of op(A) */
   *p = {g.n, g.m, g.k, g.b, g.ldb, g.trans_b, g.a, g.lda, !g.trans_a, g.a_type, g.d, g.ldd,
-        g.d_type, g.bias, g.beta == 1.0f, 0, 0, tma_epilogue, 0, nullptr};
+        g.d_type, g.bias, g.beta == 1.0f, 0, 0, tma_epilogue, 0, nullptr, false};
   return true;
 }
 
@@ -191,7 +198,8 @@ xent_status gemm_sm90(const gemm_product &p, const dev_props &dp, cudaStream_t s
   /* BN 256 (the larger tile reads less per product) unless it leaves SMs idle */
   int bn = p.cluster_m == 2 ? 256 : p.bn;
   if (bn == 0) {
-    const int64_t tiles256 = ((p.m + 127) / 128) * ((p.n + 255) / 256);
+    const int64_t bm = p.pingpong ? 64 : 128;
+    const int64_t tiles256 = ((p.m + bm - 1) / bm) * ((p.n + 255) / 256);
     bn = tiles256 < dp.sms ? 128 : 256;
   }
   /* an M-major A (the weight gradient: few K) is walked a row tile at a time,
@@ -223,7 +231,7 @@ extern "C" xent_status xent_cuda_gemm(const xent_experimental_gemm *x) {
     const gemm_product p = {x->m, x->n, x->k, x->a, x->lda, x->a_m_major != 0, x->b, x->ldb,
                             x->b_n_major != 0, x->dtype, x->d, x->ldd, x->d_dtype, x->bias,
                             x->accumulate != 0, x->tile_n, 0, x->tma_epilogue != 0,
-                            x->cluster_m, x->stats};
+                            x->cluster_m, x->stats, x->pingpong != 0};
     st = gemm_sm90(p, dp, stream);
   } else if (!st && x->stats) {
     st = xent_fail(XENT_ERROR_UNSUPPORTED, "cuBLASLt has no statistics epilogue");

@@ -42,6 +42,8 @@ struct gemm_product {
   float *stats;      /* or NULL: row i's (max, sum of exp(D - max)) over column tile t of
                         D as stored at stats[2 (i ceil(n / bn) + t)] and + 1 (bn given; a
                         16-bit D, no accumulate) */
+  bool pingpong;     /* the consumers take alternate 64-row tiles, one writing while the
+                        other multiplies (sm90.cuh, PP); no clusters */
 };
 
 /* The product of `g` (cuBLAS's column-major terms, as lt_matmul takes it)

@@ -17,6 +17,13 @@
  * store or, accumulating, an add in L2 in D's type (for a 16-bit D, two
  * roundings: the product's part, then the sum).
  * While they write, the producer is already loading the next tile.
+ *
+ * PP ("ping-pong"): the two consumers take alternate tiles of 64 rows
+ * instead of halves of one, so that one writes its tile while the other
+ * multiplies; their main loops take turns (an mbarrier each says "my main
+ * loop of this tile is done"), which keeps the stages they wait on in
+ * order. The tensor cores then wait for no epilogue, at the price of B's
+ * tile loaded for 64 rows instead of 128.
  */
 #ifndef XENT_CUDA_GEMM_SM90_CUH
 #define XENT_CUDA_GEMM_SM90_CUH
@@ -47,12 +54,16 @@ struct sm90_args {
 template <int BN>
 __host__ __device__ constexpr int sm90_stages() { return BN == 256 ? 4 : 6; }
 
+/* Rows of a consumer's tile: half of a 128-row tile, or (PP) a tile of its own. */
+template <bool PP>
+__host__ __device__ constexpr int sm90_bm() { return PP ? 64 : kBM; }
+
 /* Shared memory a block needs (the ring, the epilogue's boxes, the
  * barriers, and room to align the ring to 1 KiB). */
-template <int BN, bool TMA_EPI>
+template <int BN, bool TMA_EPI, bool PP>
 __host__ __device__ constexpr int sm90_smem() {
-  return sm90_stages<BN>() * (kBM + BN) * kBK * 2 + (TMA_EPI ? 4 * kChunk : 0) +
-         2 * sm90_stages<BN>() * 8 + 1024;
+  return sm90_stages<BN>() * (sm90_bm<PP>() + BN) * kBK * 2 + (TMA_EPI ? 4 * kChunk : 0) +
+         (2 * sm90_stages<BN>() + 2) * 8 + 1024;
 }
 
 template <typename T> struct wg_op;
@@ -105,8 +116,8 @@ __device__ __forceinline__ float ex2(float x) {
  * (rounded to TD, bias added), the four threads of a row merged by
  * shuffles, written by the first. Columns past n take no part. */
 template <typename TD, int BN>
-__device__ __forceinline__ void tile_stats(const float (&acc)[BN / 2], const sm90_args &g, int pm,
-                                           int pn, int c, int warp, int lane) {
+__device__ __forceinline__ void tile_stats(const float (&acc)[BN / 2], const sm90_args &g,
+                                           int row0, int pn, int warp, int lane) {
   const TD *bias = (const TD *)g.bias;
   const int c0 = pn * BN + 2 * (lane % 4);
   float mx[2] = {-INFINITY, -INFINITY}, sm[2] = {0.0f, 0.0f};
@@ -137,7 +148,7 @@ __device__ __forceinline__ void tile_stats(const float (&acc)[BN / 2], const sm9
   if (lane % 4) return;
 #pragma unroll
   for (int h = 0; h < 2; h++) {
-    const int row = pm * kBM + c * 64 + warp * 16 + lane / 4 + 8 * h;
+    const int row = row0 + warp * 16 + lane / 4 + 8 * h;
     if (row < g.m) g.stats[(int64_t)row * g.stats_ld + pn] = make_float2(mx[h], sm[h]);
   }
 }
@@ -166,25 +177,32 @@ __device__ __forceinline__ void release_stage(uint64_t *empty) {
 
 /* CM: blocks of a cluster along M (1 or 2). With 2, the pair takes row tiles
  * 2 i and 2 i + 1 of the same column tile, and each block loads half of the
- * shared B tile and multicasts it to both: B is read from L2 once per pair. */
-template <typename T, typename TD, int BN, bool AMN, bool BMN, bool TMA_EPI, int CM>
+ * shared B tile and multicasts it to both: B is read from L2 once per pair.
+ * PP: the consumers take turns (above); without clusters. */
+template <typename T, typename TD, int BN, bool AMN, bool BMN, bool TMA_EPI, int CM, bool PP>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb,
                      const __grid_constant__ CUtensorMap md, sm90_args g) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 blocks");
-  constexpr int STAGES = sm90_stages<BN>();
-  constexpr int A_BYTES = kBM * kBK * 2, ST = A_BYTES + BN * kBK * 2;
+  static_assert(!PP || CM == 1, "the consumers take turns without clusters");
+  constexpr int STAGES = sm90_stages<BN>(), BM = sm90_bm<PP>();
+  constexpr int A_BYTES = BM * kBK * 2, ST = A_BYTES + BN * kBK * 2;
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
   unsigned char *boxes = smem + STAGES * ST;
   uint64_t *full = (uint64_t *)(boxes + (TMA_EPI ? 4 * kChunk : 0)), *empty = full + STAGES;
+  uint64_t *turn = empty + STAGES; /* PP: consumer c's main loop of a tile is done */
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const int rank = CM == 1 ? 0 : (int)cluster_rank();
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; s++) {
       bar_init(&full[s], 1);
-      bar_init(&empty[s], 8 * CM); /* lane 0 of each consumer warp of the cluster */
+      bar_init(&empty[s], (PP ? 4 : 8) * CM); /* lane 0 of each warp reading it, cluster-wide */
+    }
+    if (PP) {
+      bar_init(&turn[0], 4);
+      bar_init(&turn[1], 4);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -193,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   else
     cluster_sync(); /* no block arrives on or writes into a peer's barriers before they exist */
   /* the walk over pairs (CM = 2) of row tiles: both blocks of a cluster take the same steps */
-  const int tm = (g.m + kBM - 1) / kBM, tn = (g.n + BN - 1) / BN;
+  const int tm = (g.m + BM - 1) / BM, tn = (g.n + BN - 1) / BN;
   const int tmc = (tm + CM - 1) / CM, tiles = tmc * tn, first = blockIdx.x / CM, step = gridDim.x / CM;
   const int nk = (g.k + kBK - 1) / kBK;
   if (wg == 0) { /* the producer */
@@ -209,10 +227,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           bar_expect(&full[s], ST); /* A's bytes and all of B's, half of them from the peer */
           unsigned char *sa = smem + s * ST, *sb = sa + A_BYTES;
           if (AMN) /* boxes of BK rows of K by 64 values along M */
-            for (int j = 0; j < kBM / 64; j++)
-              tma_load(sa + j * kChunk, &ma, pm * kBM + 64 * j, kb * kBK, &full[s]);
+            for (int j = 0; j < BM / 64; j++)
+              tma_load(sa + j * kChunk, &ma, pm * BM + 64 * j, kb * kBK, &full[s]);
           else /* one box of BM rows by BK values */
-            tma_load(sa, &ma, kb * kBK, pm * kBM, &full[s]);
+            tma_load(sa, &ma, kb * kBK, pm * BM, &full[s]);
           if constexpr (CM == 1) {
             if (BMN)
               for (int j = 0; j < BN / 64; j++)
@@ -235,16 +253,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int c = wg - 1, warp = tid / 32, lane = tid % 32;
     float acc[BN / 2];
-    int it = 0;
-    for (int t = first; t < tiles; t += step) {
+    /* PP: this consumer's tiles are the block's tiles c, c + 2, ... (local
+     * index i), each after the other consumer's main loop of tile i - 1 */
+    int i = PP ? c : 0, it = i * nk;
+    for (int t = first + (PP ? c * step : 0); t < tiles; t += (PP ? 2 : 1) * step) {
       int pm, pn;
       tile_of<CM>(t, tmc, tn, g.group_m, rank, &pm, &pn);
+      if (PP) {
+        it = i * nk;
+        if (i > 0) bar_wait(&turn[1 - c], ((i - 1) / 2) & 1);
+      }
       for (int kb = 0; kb < nk; kb++, it++) {
         const int s = it % STAGES;
         bar_wait(&full[s], (it / STAGES) & 1);
         /* this consumer's 64 rows of A lie kChunk into the stage in either
          * layout (64 K-major rows of 128 bytes, or the second 64-wide M box) */
-        const uint32_t a0 = smem_u32(smem + s * ST) + c * kChunk, b0 = smem_u32(smem + s * ST + A_BYTES);
+        const uint32_t a0 = smem_u32(smem + s * ST) + (PP ? 0 : c * kChunk),
+                       b0 = smem_u32(smem + s * ST + A_BYTES);
         wgmma_fence();
   #pragma unroll
         for (int kk = 0; kk < kBK / 16; kk++) {
@@ -258,14 +283,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_wait<1>(); /* the previous stage's products are done: free it */
         if (kb > 0 && lane == 0) release_stage<CM>(&empty[(it - 1) % STAGES]);
       }
+      if (PP) {
+        __syncwarp();
+        if (lane == 0) bar_arrive(&turn[c]); /* every stage of this tile waited on: your turn */
+        i += 2;
+      }
       wgmma_wait<0>();
       if (lane == 0 && nk > 0) release_stage<CM>(&empty[(it - 1) % STAGES]);
       if (nk == 0)
         for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
       /* thread (warp w, lane l) holds, for each 8 columns j, rows 16 w + l / 4
        * and + 8, columns 8 j + 2 (l % 4) and + 1 */
-      const int rr = warp * 16 + lane / 4;
-      if (g.stats) tile_stats<TD, BN>(acc, g, pm, pn, c, warp, lane);
+      const int rr = warp * 16 + lane / 4, row0 = PP ? pm * BM : pm * kBM + c * 64;
+      if (g.stats) tile_stats<TD, BN>(acc, g, row0, pn, warp, lane);
       if constexpr (TMA_EPI) {
         /* BC columns at a time (128 bytes of D's type: 64 16-bit values or 32
          * fp32) into a 64-row box swizzled as the TMA unit reads it (16-byte
@@ -298,15 +328,15 @@ __global__ void __launch_bounds__(kThreads, 1)
           warpgroup_sync(1 + c);
           if (tid == 0) {
             if (g.accumulate)
-              tma_store<true>(&md, pn * BN + BC * q, pm * kBM + c * 64, box);
+              tma_store<true>(&md, pn * BN + BC * q, row0, box);
             else
-              tma_store<false>(&md, pn * BN + BC * q, pm * kBM + c * 64, box);
+              tma_store<false>(&md, pn * BN + BC * q, row0, box);
           }
         }
       } else {
         TD *D = (TD *)g.d;
         const TD *bias = (const TD *)g.bias;
-        const int r0 = pm * kBM + c * 64 + rr, c0 = pn * BN + 2 * (lane % 4);
+        const int r0 = row0 + rr, c0 = pn * BN + 2 * (lane % 4);
   #pragma unroll
         for (int j = 0; j < BN / 8; j++) {
   #pragma unroll
