@@ -84,36 +84,47 @@ stamp "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,
   --format=csv,noheader 2>&1)"
 
 # Python packages carried as wheels (the peers, for compare and linear). A wheel too large
-# for one call's carry travels in pieces (scripts/peer_wheels.sh: .whl/parts/NAME.whl.part-*
+# for one call's carry travels in pieces (scripts/peer_wheels.sh: DIR/parts/NAME.whl.part-*
 # and NAME.whl.count); each call leaves its pieces in /tmp/xent-parts, and a wheel whose
-# pieces are all there (the machine still warm) is put together and installed with the rest.
-shopt -s nullglob
-wheels=(.whl/*.whl)
-shopt -u nullglob
-if ls .whl/parts/*.count >/dev/null 2>&1; then
-  mkdir -p /tmp/xent-parts
-  cp .whl/parts/*.part-* /tmp/xent-parts/ 2>/dev/null
-  for count in .whl/parts/*.count; do
-    name=$(basename "$count" .count)
-    have=$(ls /tmp/xent-parts/"$name".part-* 2>/dev/null | wc -l)
-    if [ "$have" = "$(cat "$count")" ]; then
-      cat /tmp/xent-parts/"$name".part-* >/tmp/xent-parts/"$name" && wheels+=(/tmp/xent-parts/"$name")
-    else
-      stamp "wheel $name: $have of $(cat "$count") pieces here so far"
-    fi
-  done
-fi
-if [ ${#wheels[@]} -gt 0 ]; then
+# pieces are all there (the machine still warm) is put together and unpacked with the rest.
+# Two sites: .whl/ (the peer's CuTe kernel, with nvidia-cutlass-dsl 4.8.1) and .whl/quack/
+# (QuACK with the DSL it was released with, 4.7.1), each unpacked into its own folder.
+unpack_site() { # wheel-dir site-dir: prints the site's PYTHONPATH, or nothing
+  local dir=$1 site=$2 w count name have
+  local -a ws=()
+  shopt -s nullglob
+  ws=("$dir"/*.whl)
+  shopt -u nullglob
+  if ls "$dir"/parts/*.count >/dev/null 2>&1; then
+    mkdir -p /tmp/xent-parts
+    cp "$dir"/parts/*.part-* /tmp/xent-parts/ 2>/dev/null
+    for count in "$dir"/parts/*.count; do
+      name=$(basename "$count" .count)
+      have=$(ls /tmp/xent-parts/"$name".part-* 2>/dev/null | wc -l)
+      if [ "$have" = "$(cat "$count")" ]; then
+        cat /tmp/xent-parts/"$name".part-* >/tmp/xent-parts/"$name" && ws+=(/tmp/xent-parts/"$name")
+      else
+        stamp "wheel $name: $have of $(cat "$count") pieces here so far" >&2
+      fi
+    done
+  fi
+  [ ${#ws[@]} -gt 0 ] || return 0
   # unpacked, not pip-installed: pip --target moves each wheel's top folder in whole, so
   # two wheels sharing one (nvidia_cutlass_dsl/, from libs-base and libs-cu13) lose files
-  for w in "${wheels[@]}"; do
-    python3 -m zipfile -e "$w" "${TMPDIR:-/tmp}/xent-site" >>"$LOGS/wheels.log" 2>&1
+  for w in "${ws[@]}"; do
+    python3 -m zipfile -e "$w" "$site" >>"$LOGS/wheels.log" 2>&1
   done
-  export PYTHONPATH="${TMPDIR:-/tmp}/xent-site"
-  # nvidia-cutlass-dsl's modules (a .pth names them, which --target does not read)
-  dsl="${TMPDIR:-/tmp}/xent-site/nvidia_cutlass_dsl/dsl_packages"
-  [ -d "$dsl" ] && export PYTHONPATH="$PYTHONPATH:$dsl"
-fi
+  # nvidia-cutlass-dsl's modules (a .pth names them, which is not read from here)
+  if [ -d "$site/nvidia_cutlass_dsl/dsl_packages" ]; then
+    echo "$site:$site/nvidia_cutlass_dsl/dsl_packages"
+  else
+    echo "$site"
+  fi
+}
+site=$(unpack_site .whl "${TMPDIR:-/tmp}/xent-site")
+[ -n "$site" ] && export PYTHONPATH="$site"
+QUACK_SITE=""
+[ -d .whl/quack ] && QUACK_SITE=$(unpack_site .whl/quack "${TMPDIR:-/tmp}/xent-site-quack")
 scripts/deps.sh >"$LOGS/deps.log" 2>&1
 . scripts/env.sh
 
@@ -332,10 +343,19 @@ if has memory && in_time memory; then
   # Issue 54's picture: every provider a point, xent a curve over memory_budget (time as a
   # ratio to the GEMMs against extra memory), one process a shape (XENT_MEMORY_SHAPES).
   stamp "memory"
+  providers=${XENT_MEMORY_PROVIDERS:-gemm_floor,xent,xent_all,torch_compile,liger_sm90,quack,quack_512}
+  if [ -n "$QUACK_SITE" ]; then # QuACK in processes of its own, on its own DSL
+    quack=$(echo ",$providers," | grep -oE ',quack(_512)?' | tr -d '\n' | sed 's/^,//')
+    providers=$(echo ",$providers," | sed -E 's/,quack(_512)?//g; s/^,//; s/,$//')
+  fi
   for shape in ${XENT_MEMORY_SHAPES:-8192,4096,128256}; do
     PYTHONUNBUFFERED=1 timeout 400 python3 bench/linear.py --shape "$shape" --chunk-curve \
-      --providers "${XENT_MEMORY_PROVIDERS:-gemm_floor,xent,xent_all,torch_compile,liger_sm90,quack,quack_512}" \
-      --out "$OUT/memory.csv" >>"$OUT/memory.txt" 2>&1
+      --providers "$providers" --out "$OUT/memory.csv" >>"$OUT/memory.txt" 2>&1
+    if [ -n "$QUACK_SITE" ] && [ -n "${quack:-}" ]; then
+      PYTHONPATH="$QUACK_SITE" PYTHONUNBUFFERED=1 timeout 300 python3 bench/linear.py \
+        --shape "$shape" --providers "gemm_floor,$quack" --out "$OUT/memory.csv" \
+        >>"$OUT/memory.txt" 2>&1
+    fi
   done
   python3 bench/plot_memory.py "$OUT/memory.csv" --out-dir "$OUT" >>"$OUT/memory.txt" 2>&1
   note memory "$(grep -c 'MiB\| ms' "$OUT/memory.txt") lines, $(ls "$OUT"/linear_memory_*.png 2>/dev/null | wc -l) plots"
