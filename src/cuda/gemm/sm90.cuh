@@ -291,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       if (lane == 0 && nk > 0) release_stage<CM>(&empty[(it - 1) % STAGES]);
       if (nk == 0)
-        for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+        for (int e = 0; e < BN / 2; e++) acc[e] = 0.0f;
       /* thread (warp w, lane l) holds, for each 8 columns j, rows 16 w + l / 4
        * and + 8, columns 8 j + 2 (l % 4) and + 1 */
       const int rr = warp * 16 + lane / 4, row0 = PP ? pm * BM : pm * kBM + c * 64;
