@@ -123,13 +123,20 @@ __device__ __forceinline__ void vp_first_vectors(const char *x, const row_geom &
     if (threadIdx.x + u * blockDim.x < (unsigned)g.nvec) a[u] = ld_once(vp + threadIdx.x + u * blockDim.x);
 }
 
+/* Floats of a row's P records that the forward stages in shared memory (P
+ * up to 256 full records): loaded by all threads at once rather than one
+ * rank after another by the thread that combines them. */
+constexpr int kVpStagedFloats = 2048;
+
 /* The row's records combined, its outputs, and the shard's gradient in
- * place: one read and one write of the shard, its first vectors loaded
- * before the records are combined. */
+ * place: one read and one write of the shard, its first vectors and the
+ * records loaded before the records are combined (in rank order, by one
+ * thread, as on the host). */
 template <typename T, bool GENERAL>
 __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params v) {
   __shared__ grad_coef shared_gc;
   __shared__ int skip;
+  __shared__ float recs[kVpStagedFloats];
   const fwd_params &p = v.p;
   if (forward_enter<T>(p)) return; /* rejected (deferred: the shard's gradient cleared) */
   const int64_t row = blockIdx.x;
@@ -138,6 +145,13 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params 
   const int offset = (int)v.offset;
   uint4 a[kVpUnroll];
   if (p.write_grad) vp_first_vectors<T>(x, g, a);
+  const int R = v.record, staged = v.ranks * R <= kVpStagedFloats;
+  const int64_t pitch = p.rows * (int64_t)R;
+  if (staged) {
+    for (int i = threadIdx.x; i < v.ranks * R; i += blockDim.x)
+      recs[i] = v.gathered[(i / R) * pitch + row * R + i % R];
+    __syncthreads();
+  }
   if (threadIdx.x == 0) {
     const int64_t y = load_target(p.targets, p.target64, row);
     const bool bad = y != p.ignore_index && (y < 0 || y >= v.vocab);
@@ -145,8 +159,8 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params 
     if (skip) {
       skipped_row_outputs(p, row, bad);
     } else {
-      const xent_vp_row c = xent_vp_combine(v.gathered + row * v.record,
-                                            p.rows * (int64_t)v.record, v.ranks, v.record);
+      const xent_vp_row c = staged ? xent_vp_combine(recs, R, v.ranks, R)
+                                   : xent_vp_combine(v.gathered + row * R, pitch, v.ranks, R);
       part r = part_empty();
       r.m = c.m;
       r.s = c.s;
