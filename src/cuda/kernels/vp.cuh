@@ -44,17 +44,27 @@ __global__ void __launch_bounds__(kVpThreads) vp_stats_kernel(const vp_params v)
   const int64_t row = blockIdx.x;
   const int64_t y = load_target(p.targets, p.target64, row);
   float *rec = v.records + row * v.record;
-  if (y == p.ignore_index || y < 0 || y >= v.vocab) {
+  const char *x = p.x + row * p.stride_bytes;
+  const row_geom g = make_geom<T>(x, p.vocab);
+  /* A skipped (ignored or bad) row's record is zeros. A row longer than one
+   * round of loads is skipped before it is read (its bytes saved); a
+   * shorter one is read while its target is still on the way, and skipped
+   * after (its time is latency, not bytes). */
+  const bool skip = y == p.ignore_index || y < 0 || y >= v.vocab;
+  const bool one_round = g.nvec <= kVpUnroll * (int)blockDim.x;
+  if (!one_round && skip) {
     if (threadIdx.x < (unsigned)v.record) rec[threadIdx.x] = 0.0f;
     return;
   }
-  const char *x = p.x + row * p.stride_bytes;
-  const row_geom g = make_geom<T>(x, p.vocab);
   part q = part_empty(); /* one read of the shard, as the two-read kernel's first pass */
   tworead_pass1<T, GENERAL, ARGMAX, SMOOTH, kVpUnroll>(p, x, g, 0, g.nvec, true, q, threadIdx.x,
                                                        blockDim.x, (int)v.offset);
   const part r = block_reduce(q, scratch);
   if (threadIdx.x != 0) return;
+  if (skip) {
+    for (int i = 0; i < v.record; i++) rec[i] = 0.0f;
+    return;
+  }
   xent_vp_row o;
   o.m = r.m;
   o.s = r.s;
@@ -145,6 +155,8 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params 
   const int offset = (int)v.offset;
   uint4 a[kVpUnroll];
   if (p.write_grad) vp_first_vectors<T>(x, g, a);
+  /* the target on its way beside the records, used after they are staged */
+  const int64_t y = threadIdx.x == 0 ? load_target(p.targets, p.target64, row) : 0;
   const int R = v.record, staged = v.ranks * R <= kVpStagedFloats;
   const int64_t pitch = p.rows * (int64_t)R;
   if (staged) {
@@ -153,7 +165,6 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params 
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    const int64_t y = load_target(p.targets, p.target64, row);
     const bool bad = y != p.ignore_index && (y < 0 || y >= v.vocab);
     skip = bad || y == p.ignore_index;
     if (skip) {
