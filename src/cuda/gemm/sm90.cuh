@@ -112,39 +112,49 @@ __device__ __forceinline__ float ex2(float x) {
 }
 
 /* The statistics epilogue: the (max, sum of exponentials) of this thread's
- * rows over the tile's columns, taken over D's values as they are stored
- * (rounded to TD, bias added), the four threads of a row merged by
- * shuffles, written by the first. Columns past n take no part. */
+ * rows over the tile's columns, taken over D's values as they are stored.
+ * The accumulators become those values (bias added, rounded to TD: the
+ * epilogue then stores them as they are, adding no bias), so that the sum's
+ * pass and the store read them without converting again. The four threads
+ * of a row merged by shuffles, written by the first. Columns past n take no
+ * part. */
 template <typename TD, int BN>
-__device__ __forceinline__ void tile_stats(const float (&acc)[BN / 2], const sm90_args &g,
-                                           int row0, int pn, int warp, int lane) {
+__device__ __forceinline__ void tile_stats(float (&acc)[BN / 2], const sm90_args &g, int row0,
+                                           int pn, int warp, int lane) {
   const TD *bias = (const TD *)g.bias;
   const int c0 = pn * BN + 2 * (lane % 4);
   float mx[2] = {-INFINITY, -INFINITY}, sm[2] = {0.0f, 0.0f};
 #pragma unroll
-  for (int pass = 0; pass < 2; pass++) {
+  for (int j = 0; j < BN / 8; j++)
 #pragma unroll
-    for (int j = 0; j < BN / 8; j++)
+    for (int e = 0; e < 2; e++) {
+      const int col = c0 + 8 * j + e;
+      const float b = bias && col < g.n ? to_f(bias[col]) : 0.0f;
 #pragma unroll
-      for (int h = 0; h < 2; h++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const int col = c0 + 8 * j + e;
-          if (col >= g.n) continue;
-          float v = acc[4 * j + 2 * h + e];
-          if (bias) v += to_f(bias[col]);
-          v = to_f(from_f<TD>(v));
-          if (pass == 0) mx[h] = fmaxf(mx[h], v);
-          else sm[h] += ex2((v - mx[h]) * 1.4426950408889634f);
-        }
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-#pragma unroll
-      for (int o = 1; o < 4; o *= 2) {
-        if (pass == 0) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], o));
-        else sm[h] += __shfl_xor_sync(0xffffffffu, sm[h], o);
+      for (int h = 0; h < 2; h++) {
+        float &v = acc[4 * j + 2 * h + e];
+        v = to_f(from_f<TD>(v + b));
+        if (col < g.n) mx[h] = fmaxf(mx[h], v);
       }
-  }
+    }
+#pragma unroll
+  for (int h = 0; h < 2; h++)
+#pragma unroll
+    for (int o = 1; o < 4; o *= 2) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], o));
+  /* exp(v - max) as 2^(v log2 e - max log2 e) */
+  const float l2e = 1.4426950408889634f, mb[2] = {mx[0] * l2e, mx[1] * l2e};
+#pragma unroll
+  for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      if (c0 + 8 * j + e >= g.n) continue;
+#pragma unroll
+      for (int h = 0; h < 2; h++) sm[h] += ex2(fmaf(acc[4 * j + 2 * h + e], l2e, -mb[h]));
+    }
+#pragma unroll
+  for (int h = 0; h < 2; h++)
+#pragma unroll
+    for (int o = 1; o < 4; o *= 2) sm[h] += __shfl_xor_sync(0xffffffffu, sm[h], o);
   if (lane % 4) return;
 #pragma unroll
   for (int h = 0; h < 2; h++) {
@@ -316,7 +326,7 @@ __global__ void __launch_bounds__(kThreads, 1)
               const int byte = (8 * jj + 2 * (lane % 4)) * (int)sizeof(TD);
               const int at = r * 128 + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15);
               float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-              if (g.bias) {
+              if (g.bias && !g.stats) { /* the statistics added it already */
                 const int col = pn * BN + 8 * j + 2 * (lane % 4);
                 const TD *b = (const TD *)g.bias;
                 if (col < g.n) v0 += to_f(b[col]);
@@ -335,7 +345,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       } else {
         TD *D = (TD *)g.d;
-        const TD *bias = (const TD *)g.bias;
+        const TD *bias = g.stats ? nullptr : (const TD *)g.bias; /* as above */
         const int r0 = row0 + rr, c0 = pn * BN + 2 * (lane % 4);
   #pragma unroll
         for (int j = 0; j < BN / 8; j++) {
