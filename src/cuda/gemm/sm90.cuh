@@ -141,8 +141,11 @@ __device__ __forceinline__ void tile_stats(float (&acc)[BN / 2], const sm90_args
   for (int h = 0; h < 2; h++)
 #pragma unroll
     for (int o = 1; o < 4; o *= 2) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], o));
-  /* exp(v - max) as 2^(v log2 e - max log2 e) */
-  const float l2e = 1.4426950408889634f, mb[2] = {mx[0] * l2e, mx[1] * l2e};
+  /* exp(v - max) as 2^(v log2 e - max log2 e); a tile of -inf alone (a
+   * masked one) sums 2^-inf = 0 terms, not NaN */
+  const float l2e = 1.4426950408889634f;
+  const float mb[2] = {mx[0] == -INFINITY ? 0.0f : mx[0] * l2e,
+                       mx[1] == -INFINITY ? 0.0f : mx[1] * l2e};
 #pragma unroll
   for (int j = 0; j < BN / 8; j++)
 #pragma unroll
