@@ -64,6 +64,8 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--csv", default=None)
+    ap.add_argument("--describe", action="store_true",
+                    help="under each product, what each engine launched (grid, tile, configuration)")
     ap.add_argument("--only", default=None,
                     help="products to run, e.g. dW@chunk,logits@batch (default: all six)")
     a = ap.parse_args(argv)
@@ -76,6 +78,7 @@ def main(argv=None):
     lib = _lib.lib()
     lib.xent_experimental_gemm_run.argtypes = [ctypes.POINTER(Gemm)]
     lib.xent_experimental_gemm_run.restype = ctypes.c_int
+    lib.xent_experimental_last_product.restype = ctypes.c_char_p
     dev = torch.device("cuda")
     bf = torch.bfloat16
     BT, H, V = a.bt, a.hidden, a.vocab
@@ -159,6 +162,7 @@ def main(argv=None):
             ref = start.clone()
             xent_call(*engine_args("cublaslt"), m, n, k, ldd, spec, ref)
             res = {}
+            launches = []  # what each engine ran: grid, tile, configuration
             for e in engines:
                 out = start.clone()
                 if e == "torch":
@@ -171,6 +175,8 @@ def main(argv=None):
                     res[e] = (None, str(err))
                     continue
                 torch.cuda.synchronize()
+                if e != "torch":
+                    launches.append(f"    {e}: {(lib.xent_experimental_last_product() or b'').decode()}")
                 diff = 0.0
                 if not spec["acc"]:  # an accumulating product's output moved on; checked once
                     diff = ((out[:, :n].float() - ref[:, :n].float()).abs().max()
@@ -194,6 +200,8 @@ def main(argv=None):
                 cells.append(f"{ms:7.3f} {flop / ms / 1e9:4.0f} {ratio:4.2f}")
                 rows_out.append((name, kind, m, n, k, e, ms, flop / ms / 1e9, ratio, d))
             print(f"{kind:7} {m:6d} x {n:6d} x {k:6d}  " + "  ".join(cells))
+            if a.describe:
+                print("\n".join(launches))
             worst = max((r[1] for r in res.values() if r[0] is not None), default=0.0)
             if worst > 2e-2:
                 print(f"  {kind}: an engine differs from cuBLASLt by {worst:.2e} of the largest value")

@@ -100,10 +100,11 @@ XENT_API const char *xent_experimental_last_launch(void);
 /* The launch of this thread's last CUDA backward that ran its kernel. */
 XENT_API const char *xent_experimental_last_backward(void);
 
-/* The cuBLASLt product this thread queued last (a CUDA fused linear call's
- * last), such as "lt m=4096 n=128256 k=488 Bt measured" ("measured": the
- * weight gradient's product in the configuration src/cuda/lt.cu chose by
- * measurement, not the heuristic's), or "none". */
+/* The product this thread queued last (a CUDA fused linear call's last, or
+ * xent_experimental_gemm_run's), such as "lt m=4096 n=128256 k=488 Bt
+ * measured" ("measured": the weight gradient's product in the configuration
+ * src/cuda/lt.cu chose by measurement, not the heuristic's), a description
+ * of xent's GEMM's launch (its grid, clusters, tile), or "none". */
 XENT_API const char *xent_experimental_last_product(void);
 
 /* How this thread's last fused linear call that passed its checks was cut

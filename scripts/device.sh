@@ -458,7 +458,7 @@ fi
 if has gemm && in_time gemm; then
   # Issue 56: the three products alone, xent's Hopper GEMM against cuBLASLt and torch.mm
   stamp "gemm"
-  PYTHONUNBUFFERED=1 timeout 300 python3 bench/gemm.py --csv "$OUT/gemm.csv" ${XENT_GEMM_ARGS:-} \
+  PYTHONUNBUFFERED=1 timeout 300 python3 bench/gemm.py --csv "$OUT/gemm.csv" ${XENT_GEMM_ARGS:---describe} \
     >"$OUT/gemm.log" 2>&1
   note gemm "rc=$?"
   tail -12 "$OUT/gemm.log"

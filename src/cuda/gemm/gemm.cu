@@ -6,6 +6,7 @@
 #include "cuda/gemm/gemm.cuh"
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/dtype.h"
 #include "cuda/cuda.h"
@@ -52,10 +53,11 @@ bool encode(CUtensorMap *m, const void *p, xent_dtype t, uint64_t inner, uint64_
 }
 
 /* Clusters of CM blocks of this kernel that the device holds at once (one
- * block per SM for CM = 1), per device, asked once. */
-template <typename K>
+ * block per SM for CM = 1), per device, asked once. ID makes the table one
+ * per kernel: every instance of the kernel has the same type. */
+template <int ID, typename K>
 xent_status resident_clusters(K kern, int CM, int smem, int dev, int *out) {
-  static int known[32]; /* 0: not asked yet (one table per kernel) */
+  static int known[32]; /* 0: not asked yet */
   int n = __atomic_load_n(&known[dev], __ATOMIC_ACQUIRE);
   if (!n) {
     cudaLaunchConfig_t cfg = {};
@@ -73,6 +75,10 @@ xent_status resident_clusters(K kern, int CM, int smem, int dev, int *out) {
   *out = n;
   return XENT_OK;
 }
+
+/* The last launch of this thread (the experimental GEMM call's description):
+ * the grid and what sized it. */
+thread_local char t_launch[160];
 
 template <typename T, typename TD, int BN, bool AMN, bool BMN, bool EPI, int CM, bool PP>
 xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stream, int group_m) {
@@ -105,7 +111,9 @@ xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stre
   const int64_t steps = ((p.m + (int64_t)BM * CM - 1) / ((int64_t)BM * CM)) * ((p.n + BN - 1) / BN);
   int resident = dp.sms;
   if (CM > 1) {
-    xent_status st = resident_clusters(kern, CM, smem, dev, &resident);
+    constexpr int id = (int)sizeof(T) * 1000 + (int)sizeof(TD) * 100 + (BN == 256) * 8 + AMN * 4 +
+                       BMN * 2 + EPI;
+    xent_status st = resident_clusters<id>(kern, CM, smem, dev, &resident);
     if (st) return st;
   }
   const unsigned clusters = (unsigned)(steps < resident ? steps : resident);
@@ -119,6 +127,11 @@ xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stre
   cfg.stream = stream;
   set_cluster(&cfg, attr, CM, false);
   CK(cudaLaunchKernelEx(&cfg, kern, ma, mb, md, g));
+  snprintf(t_launch, sizeof t_launch,
+           "xent m=%lld n=%lld k=%lld: %u blocks (clusters of %d, %d resident), tile %d x %d%s%s, "
+           "%lld steps",
+           (long long)p.m, (long long)p.n, (long long)p.k, clusters * CM, CM, resident, BM, BN,
+           EPI ? ", TMA epilogue" : "", PP ? ", pingpong" : "", (long long)steps);
   return XENT_OK;
 }
 
@@ -233,6 +246,7 @@ extern "C" xent_status xent_cuda_gemm(const xent_experimental_gemm *x) {
                             x->accumulate != 0, x->tile_n, 0, x->tma_epilogue != 0,
                             x->cluster_m, x->stats, x->pingpong != 0};
     st = gemm_sm90(p, dp, stream);
+    if (!st) lt_set_last(t_launch);
   } else if (!st && x->stats) {
     st = xent_fail(XENT_ERROR_UNSUPPORTED, "cuBLASLt has no statistics epilogue");
   } else if (!st) {
