@@ -52,12 +52,10 @@ bool encode(CUtensorMap *m, const void *p, xent_dtype t, uint64_t inner, uint64_
                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* Clusters of CM blocks of this kernel that the device holds at once (one
- * block per SM for CM = 1), per device, asked once. ID makes the table one
- * per kernel: every instance of the kernel has the same type. */
-template <int ID, typename K>
-xent_status resident_clusters(K kern, int CM, int smem, int dev, int *out) {
-  static int known[32]; /* 0: not asked yet */
+/* Clusters of CM blocks of `kern` that the device holds at once, asked once
+ * per device: `known` is the kernel's own table (0: not asked yet). */
+template <typename K>
+xent_status resident_clusters(K kern, int CM, int smem, int dev, int (&known)[32], int *out) {
   int n = __atomic_load_n(&known[dev], __ATOMIC_ACQUIRE);
   if (!n) {
     cudaLaunchConfig_t cfg = {};
@@ -85,8 +83,10 @@ xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stre
   using namespace gemm;
   constexpr int smem = sm90_smem<BN, EPI, PP>(), BM = sm90_bm<PP>();
   auto kern = sm90_gemm_kernel<T, TD, BN, AMN, BMN, EPI, CM, PP>;
-  /* once per device and kernel: more shared memory than the default 48 KiB */
+  /* once per device and kernel: more shared memory than the default 48 KiB,
+   * and (clusters) how many clusters the device holds */
   static unsigned set_on = 0; /* a bit per device (xent serves devices 0-31 here) */
+  static int resident_known[32];
   int dev = 0;
   CK(cudaGetDevice(&dev));
   if (dev < 0 || dev >= 32)
@@ -111,9 +111,7 @@ xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stre
   const int64_t steps = ((p.m + (int64_t)BM * CM - 1) / ((int64_t)BM * CM)) * ((p.n + BN - 1) / BN);
   int resident = dp.sms;
   if (CM > 1) {
-    constexpr int id = (int)sizeof(T) * 1000 + (int)sizeof(TD) * 100 + (BN == 256) * 8 + AMN * 4 +
-                       BMN * 2 + EPI;
-    xent_status st = resident_clusters<id>(kern, CM, smem, dev, &resident);
+    xent_status st = resident_clusters(kern, CM, smem, dev, resident_known, &resident);
     if (st) return st;
   }
   const unsigned clusters = (unsigned)(steps < resident ? steps : resident);

@@ -31,6 +31,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/elem.cuh"
 #include "cuda/gemm/ptx.cuh"
 
 namespace xent {
@@ -104,13 +105,6 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float
 }
 template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half(x); }
 
-/* 2^x on the special-function unit, as the cross-entropy's kernels take it */
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 /* The statistics epilogue: the (max, sum of exponentials) of this thread's
  * rows over the tile's columns, taken over D's values as they are stored.
  * The accumulators become those values (bias added, rounded to TD: the
@@ -143,16 +137,16 @@ __device__ __forceinline__ void tile_stats(float (&acc)[BN / 2], const sm90_args
     for (int o = 1; o < 4; o *= 2) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], o));
   /* exp(v - max) as 2^(v log2 e - max log2 e); a tile of -inf alone (a
    * masked one) sums 2^-inf = 0 terms, not NaN */
-  const float l2e = 1.4426950408889634f;
-  const float mb[2] = {mx[0] == -INFINITY ? 0.0f : mx[0] * l2e,
-                       mx[1] == -INFINITY ? 0.0f : mx[1] * l2e};
+  const float mb[2] = {mx[0] == -INFINITY ? 0.0f : mx[0] * kLog2e,
+                       mx[1] == -INFINITY ? 0.0f : mx[1] * kLog2e};
 #pragma unroll
   for (int j = 0; j < BN / 8; j++)
 #pragma unroll
     for (int e = 0; e < 2; e++) {
       if (c0 + 8 * j + e >= g.n) continue;
 #pragma unroll
-      for (int h = 0; h < 2; h++) sm[h] += ex2(fmaf(acc[4 * j + 2 * h + e], l2e, -mb[h]));
+      for (int h = 0; h < 2; h++)
+        sm[h] += fast_exp2(fmaf(acc[4 * j + 2 * h + e], kLog2e, -mb[h]));
     }
 #pragma unroll
   for (int h = 0; h < 2; h++)

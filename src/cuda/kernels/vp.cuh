@@ -52,19 +52,18 @@ __global__ void __launch_bounds__(kVpThreads) vp_stats_kernel(const vp_params v)
    * after (its time is latency, not bytes). */
   const bool skip = y == p.ignore_index || y < 0 || y >= v.vocab;
   const bool one_round = g.nvec <= kVpUnroll * (int)blockDim.x;
-  if (!one_round && skip) {
+  part r = part_empty();
+  if (!skip || one_round) { /* one read of the shard, as the two-read kernel's first pass */
+    part q = part_empty();
+    tworead_pass1<T, GENERAL, ARGMAX, SMOOTH, kVpUnroll>(p, x, g, 0, g.nvec, true, q, threadIdx.x,
+                                                         blockDim.x, (int)v.offset);
+    r = block_reduce(q, scratch);
+  }
+  if (skip) {
     if (threadIdx.x < (unsigned)v.record) rec[threadIdx.x] = 0.0f;
     return;
   }
-  part q = part_empty(); /* one read of the shard, as the two-read kernel's first pass */
-  tworead_pass1<T, GENERAL, ARGMAX, SMOOTH, kVpUnroll>(p, x, g, 0, g.nvec, true, q, threadIdx.x,
-                                                       blockDim.x, (int)v.offset);
-  const part r = block_reduce(q, scratch);
   if (threadIdx.x != 0) return;
-  if (skip) {
-    for (int i = 0; i < v.record; i++) rec[i] = 0.0f;
-    return;
-  }
   xent_vp_row o;
   o.m = r.m;
   o.s = r.s;
