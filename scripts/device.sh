@@ -16,7 +16,7 @@
 #                the same tests
 #   before       xent-bench of an earlier commit (build-before/), for bench's side-by-side
 #                table: its sources carried as .before/src.tar (git archive COMMIT)
-#   gemmtest     test_gemm alone under a 120 s limit (xent's Hopper GEMM), before `test`
+#   gemmtest     test_gemm alone under a 300 s limit (xent's Hopper GEMM), before `test`
 #   gemmsan      compute-sanitizer memcheck, racecheck and synccheck over xent's GEMM's tests
 #   test         every C test through CTest: API, CPU, linear (CPU and CUDA), CUDA, GEMM
 #   quick        the quick CUDA subset, test_linear and test_vp (a short run)
@@ -212,7 +212,7 @@ if has gemmtest && in_time gemmtest; then
   # xent's GEMM alone first, under a short limit: a kernel that hangs would
   # otherwise hold the test stage to its timeout
   stamp "gemmtest"
-  timeout 120 build/tests/test_gemm >"$OUT/gemmtest.log" 2>&1
+  timeout 300 build/tests/test_gemm >"$OUT/gemmtest.log" 2>&1
   rc=$?
   note gemmtest "rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/gemmtest.log" | tr '\n' ' ')"
   grep -E 'checked|FAILED|error|bound' "$OUT/gemmtest.log" | head -12
