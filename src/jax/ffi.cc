@@ -94,8 +94,8 @@ xent_options options(const ffi::Dictionary &d) {
 }
 
 /* The call's exec, with a workspace of `bytes` from XLA's scratch on CUDA:
- * asked for with the alignment XLA's allocators promise (64 bytes) and
- * aligned to xent's 256 here. Where XLA has no scratch to give, xent takes
+ * asked for with 16-byte alignment (XLA refuses any larger one, and then
+ * gives nothing) and aligned to xent's 256 here. Where XLA has no scratch to give, xent takes
  * its workspace stream-ordered itself (ex.workspace NULL), as it does for
  * any caller that passes none. */
 xent_exec exec_for(const Where &w, size_t bytes) {
@@ -104,7 +104,7 @@ xent_exec exec_for(const Where &w, size_t bytes) {
   if (!w.cuda) return ex;
   ex.stream = w.stream;
   if (bytes > 0 && w.scratch) {
-    std::optional<void *> p = w.scratch->Allocate(bytes + 256, 64);
+    std::optional<void *> p = w.scratch->Allocate(bytes + 256, 16);
     if (p.has_value() && *p) {
       const uintptr_t a = ((uintptr_t)*p + 255) & ~(uintptr_t)255;
       ex.workspace = (void *)a;
