@@ -307,10 +307,10 @@ static xent_status run_case(const gcase *c, int engine, xt_rng *rng, double *wor
                            (lt_acc ? 16.0 * u * (fabs(ref) + fabs(d0)) : 0.0) + 1e-30;
         if (!(err <= tol))
           fail_msg("%s %s m=%lld n=%lld k=%lld engine %d: D[%lld][%lld] = %.9g, reference %.9g "
-                   "(error %.3g > bound %.3g)",
+                   "(error %.3g > bound %.3g; D0 %.9g, sum of |a b| %.9g)",
                    layout_name[c->layout], xt_dtype_name(c->dt), (long long)c->m,
                    (long long)c->n, (long long)c->k, engine, (long long)i, (long long)j, got,
-                   ref, err, tol);
+                   ref, err, tol, d0, mag);
         if (err / (tol + 1e-300) > *worst) *worst = err / tol;
       }
     free(ra);
