@@ -322,6 +322,14 @@ def test_vocab_parallel_in_shard_map_gpu(seed):
     assert r.returncode == 0 and "vp ok" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
 
 
+def _gpu_linear_inputs(rng, n, h, v):
+    """bf16 hidden states (n x h), a bf16 weight (v x h) and int32 targets, on the default
+    device."""
+    x = jnp.asarray(rng.standard_normal((n, h)).astype(np.float32)).astype(jnp.bfloat16)
+    w = jnp.asarray((rng.standard_normal((v, h)) * 0.05).astype(np.float32)).astype(jnp.bfloat16)
+    return x, w, jnp.asarray(rng.integers(0, v, n).astype(np.int32))
+
+
 def test_fused_linear_gpu_medium_shape(rng):
     """On the GPU at a medium shape (several chunks, both schedules), bf16:
     against jnp's matmul and log_softmax in fp32 and their gradients
@@ -330,10 +338,7 @@ def test_fused_linear_gpu_medium_shape(rng):
         pytest.skip("no GPU for jax")
     n, h, v = 2048, 512, 32000
     with jax.default_device(jax.devices("gpu")[0]):
-        x = jnp.asarray(rng.standard_normal((n, h)).astype(np.float32)).astype(jnp.bfloat16)
-        w = jnp.asarray((rng.standard_normal((v, h)) * 0.05).astype(np.float32)).astype(
-            jnp.bfloat16)
-        y = jnp.asarray(rng.integers(0, v, n).astype(np.int32))
+        x, w, y = _gpu_linear_inputs(rng, n, h, v)
 
         def unfused(x, w):
             z = jnp.matmul(x, w.T, preferred_element_type=jnp.float32)
@@ -375,10 +380,7 @@ def test_workspace_from_xla_scratch_gpu(rng):
         pytest.skip("no GPU for jax")
     n, h, v = 2048, 256, 32000
     with jax.default_device(jax.devices("gpu")[0]):
-        x = jnp.asarray(rng.standard_normal((n, h)).astype(np.float32)).astype(jnp.bfloat16)
-        w = jnp.asarray((rng.standard_normal((v, h)) * 0.05).astype(np.float32)).astype(
-            jnp.bfloat16)
-        y = jnp.asarray(rng.integers(0, v, n).astype(np.int32))
+        x, w, y = _gpu_linear_inputs(rng, n, h, v)
         lin = jax.jit(jax.value_and_grad(lambda x, w: xj.fused_linear_cross_entropy(x, w, y),
                                          argnums=(0, 1)))
         ce = jax.jit(jax.value_and_grad(lambda z: xj.cross_entropy(z, y)))
