@@ -85,29 +85,32 @@ stamp "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,
 
 # Python packages carried as wheels (the peers, for compare and linear). A wheel too large
 # for one call's carry travels in pieces (scripts/peer_wheels.sh: DIR/parts/NAME.whl.part-*
-# and NAME.whl.count); each call leaves its pieces in /tmp/xent-parts, and a wheel whose
-# pieces are all there (the machine still warm) is put together and unpacked with the rest.
+# and NAME.whl.count). A carried path that a later call does not carry again is gone from the
+# tree there, so every call copies what it carries of DIR (pieces, counts, whole wheels) into
+# /tmp/xent-parts/DIR, which lasts while the machine stays warm; a wheel whose pieces are all
+# there is put together and unpacked with the rest. So each call carries only what is new.
 # Two sites: .whl/ (the peer's CuTe kernel, with nvidia-cutlass-dsl 4.8.1) and .whl/quack/
 # (QuACK with the DSL it was released with, 4.7.1), each unpacked into its own folder.
 unpack_site() { # wheel-dir site-dir: prints the site's PYTHONPATH, or nothing
-  local dir=$1 site=$2 w count name have
+  local dir=$1 site=$2 keep count name have
   local -a ws=()
+  keep=/tmp/xent-parts/$dir
+  mkdir -p "$keep/parts"
+  cp "$dir"/*.whl "$keep"/ 2>/dev/null
+  cp "$dir"/parts/*.part-* "$dir"/parts/*.count "$keep"/parts/ 2>/dev/null
   shopt -s nullglob
-  ws=("$dir"/*.whl)
+  ws=("$keep"/*.whl)
+  for count in "$keep"/parts/*.count; do
+    name=$(basename "$count" .count)
+    have=$(ls "$keep"/parts/"$name".part-* 2>/dev/null | wc -l)
+    if [ "$have" = "$(cat "$count")" ]; then
+      [ -f "$keep/$name.joined" ] || cat "$keep"/parts/"$name".part-* >"$keep/$name.joined"
+      ws+=("$keep/$name.joined")
+    else
+      stamp "wheel $name: $have of $(cat "$count") pieces here so far" >&2
+    fi
+  done
   shopt -u nullglob
-  if ls "$dir"/parts/*.count >/dev/null 2>&1; then
-    mkdir -p /tmp/xent-parts
-    cp "$dir"/parts/*.part-* /tmp/xent-parts/ 2>/dev/null
-    for count in "$dir"/parts/*.count; do
-      name=$(basename "$count" .count)
-      have=$(ls /tmp/xent-parts/"$name".part-* 2>/dev/null | wc -l)
-      if [ "$have" = "$(cat "$count")" ]; then
-        cat /tmp/xent-parts/"$name".part-* >/tmp/xent-parts/"$name" && ws+=(/tmp/xent-parts/"$name")
-      else
-        stamp "wheel $name: $have of $(cat "$count") pieces here so far" >&2
-      fi
-    done
-  fi
   [ ${#ws[@]} -gt 0 ] || return 0
   # unpacked, not pip-installed: pip --target moves each wheel's top folder in whole, so
   # two wheels sharing one (nvidia_cutlass_dsl/, from libs-base and libs-cu13) lose files
@@ -123,8 +126,7 @@ unpack_site() { # wheel-dir site-dir: prints the site's PYTHONPATH, or nothing
 }
 site=$(unpack_site .whl "${TMPDIR:-/tmp}/xent-site")
 [ -n "$site" ] && export PYTHONPATH="$site"
-QUACK_SITE=""
-[ -d .whl/quack ] && QUACK_SITE=$(unpack_site .whl/quack "${TMPDIR:-/tmp}/xent-site-quack")
+QUACK_SITE=$(unpack_site .whl/quack "${TMPDIR:-/tmp}/xent-site-quack")
 scripts/deps.sh >"$LOGS/deps.log" 2>&1
 . scripts/env.sh
 

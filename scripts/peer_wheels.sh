@@ -7,9 +7,10 @@
 # NAME.count): a call carries at most 64 MiB, so those pieces go one call each while the
 # machine stays warm (device.sh puts them together once all have arrived).
 #
-# Carried over five warm calls (each at most 64 MiB and 8 paths, .deps/ in each): the 4.8.1
-# pieces aa, ab, then ac with 4.7.1's aa, then 4.7.1's ab, then its ac with the small wheels
-# of both folders (each call names its pieces' .count too).
+# Carried over warm calls, each at most 64 MiB (the tree, about 11, included) and 8 paths;
+# device.sh keeps what each call carried in the machine's /tmp, so each call carries only
+# what is new, .deps/ in the first: the 4.8.1 pieces aa (with its .count), then ab and ac,
+# then .whl's small wheels, then 4.7.1's pieces and .whl/quack's small wheels the same way.
 #
 #   scripts/peer_wheels.sh        (needs network; .whl/ is ignored by git)
 set -euo pipefail
