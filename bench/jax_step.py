@@ -21,8 +21,8 @@ Each provider runs in a process of its own, so that the device's peak memory
 (device.memory_stats()["peak_bytes_in_use"]) is its own; "extra" is that peak minus the
 inputs and the gradients every provider holds, plus what was taken outside XLA's allocator
 (the high-water mark of the CUDA device's default stream-ordered pool, where xent takes its
-workspace when XLA's scratch gives none), in MiB; "outside" is that second part alone. On the CPU (no GPU), --quick
-shrinks the shapes for a smoke run.
+workspace when XLA's scratch gives none), in MiB; "outside" is that second part alone. On
+the CPU (no GPU), --quick shrinks the shapes for a smoke run.
 
     python3 bench/jax_step.py [--kernel logits,linear] [--providers ...] [--quick] [--csv F]
 """
@@ -39,29 +39,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import source_tree  # noqa: E402
+from cuda_pool import default_pool_high_water  # noqa: E402
 
 source_tree.use_xent()
 KERNELS = {"logits": ["xent", "optax", "optax_fp32", "jax_nn"],
            "linear": ["xent", "jit_matmul", "lax_map_chunks"]}
-
-
-def _outside_high_water() -> float:
-    """Bytes taken from the CUDA device's default stream-ordered memory pool at its peak
-    (cudaMallocAsync without a pool of its own: xent's workspace where XLA's scratch gives
-    none). XLA's allocator does not draw from this pool, so its peak misses them. 0 where
-    there is no CUDA driver."""
-    import ctypes
-    try:
-        cu = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return 0.0
-    dev, pool, high = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
-    used_mem_high = 8  # CU_MEMPOOL_ATTR_USED_MEM_HIGH
-    if (cu.cuInit(0) or cu.cuDeviceGet(ctypes.byref(dev), 0)
-            or cu.cuDeviceGetDefaultMemPool(ctypes.byref(pool), dev)
-            or cu.cuMemPoolGetAttribute(pool, used_mem_high, ctypes.byref(high))):
-        return 0.0
-    return float(high.value)
 
 
 def _one(kernel: str, provider: str, bt: int, h: int, v: int, iters: int, warmup: int,
@@ -147,7 +129,7 @@ def _one(kernel: str, provider: str, bt: int, h: int, v: int, iters: int, warmup
     ms = float(np.median(times))
     stats = dev.memory_stats() or {}
     peak = stats.get("peak_bytes_in_use")
-    outside = _outside_high_water() if dev.platform == "gpu" else 0.0
+    outside = float((default_pool_high_water() or 0) if dev.platform == "gpu" else 0)
     extra = (peak - inputs - held + outside) / 2**20 if peak else float("nan")
     return dict(kernel=kernel, provider=provider, bt=bt, h=h, v=v, ms=ms, extra_mib=extra,
                 outside_mib=outside / 2**20,
@@ -195,7 +177,8 @@ def main(argv=None) -> int:
                 f"{row['bt']} x {row['h']} x {row['v']}"
             tf = f" {row['tflops']:6.1f} TFLOP/s" if row["tflops"] else ""
             print(f"  {kernel:7s} {prov:15s} {shape:22s} {row['ms']:9.3f} ms "
-                  f"extra {row['extra_mib']:9.1f} MiB (outside XLA {row['outside_mib']:6.1f}){tf}  ({row['device']})", flush=True)
+                  f"extra {row['extra_mib']:9.1f} MiB (outside XLA {row['outside_mib']:6.1f})"
+                  f"{tf}  ({row['device']})", flush=True)
     if a.csv and rows:
         import csv
         with open(a.csv, "w", newline="") as f:

@@ -104,7 +104,8 @@ unpack_site() { # wheel-dir site-dir: prints the site's PYTHONPATH, or nothing
     name=$(basename "$count" .count)
     have=$(ls "$keep"/parts/"$name".part-* 2>/dev/null | wc -l)
     if [ "$have" = "$(cat "$count")" ]; then
-      [ -f "$keep/$name.joined" ] || cat "$keep"/parts/"$name".part-* >"$keep/$name.joined"
+      [ -f "$keep/$name.joined" ] || { cat "$keep"/parts/"$name".part-* >"$keep/$name.tmp" &&
+        mv "$keep/$name.tmp" "$keep/$name.joined"; }
       ws+=("$keep/$name.joined")
     else
       stamp "wheel $name: $have of $(cat "$count") pieces here so far" >&2
@@ -114,8 +115,9 @@ unpack_site() { # wheel-dir site-dir: prints the site's PYTHONPATH, or nothing
   [ ${#ws[@]} -gt 0 ] || return 0
   # unpacked, not pip-installed: pip --target moves each wheel's top folder in whole, so
   # two wheels sharing one (nvidia_cutlass_dsl/, from libs-base and libs-cu13) lose files
-  for w in "${ws[@]}"; do
-    python3 -m zipfile -e "$w" "$site" >>"$LOGS/wheels.log" 2>&1
+  for w in "${ws[@]}"; do # once per wheel while the machine (and $site) lasts
+    [ -f "$w.unpacked" ] && [ -d "$site" ] && continue
+    python3 -m zipfile -e "$w" "$site" >>"$LOGS/wheels.log" 2>&1 && touch "$w.unpacked"
   done
   # nvidia-cutlass-dsl's modules (a .pth names them, which is not read from here)
   if [ -d "$site/nvidia_cutlass_dsl/dsl_packages" ]; then

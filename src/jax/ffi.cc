@@ -95,9 +95,9 @@ xent_options options(const ffi::Dictionary &d) {
 
 /* The call's exec, with a workspace of `bytes` from XLA's scratch on CUDA:
  * asked for with 16-byte alignment (XLA refuses any larger one, and then
- * gives nothing) and aligned to xent's 256 here. Where XLA has no scratch to give, xent takes
- * its workspace stream-ordered itself (ex.workspace NULL), as it does for
- * any caller that passes none. */
+ * gives nothing) and aligned to xent's 256 here. Where XLA has no scratch to
+ * give, xent takes its workspace stream-ordered itself (ex.workspace NULL),
+ * as it does for any caller that passes none. */
 xent_exec exec_for(const Where &w, size_t bytes) {
   xent_exec ex = xent_exec_default();
   ex.backend = w.cuda ? XENT_BACKEND_CUDA : XENT_BACKEND_CPU;

@@ -30,6 +30,9 @@ from reference import cross_entropy_ref  # noqa: E402
 from tolerances import assert_close, tol, with_cancellation  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench"))
+from cuda_pool import default_pool_high_water  # noqa: E402  (the benchmark's reading of it)
+
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -355,21 +358,6 @@ def test_fused_linear_gpu_medium_shape(rng):
             assert _rel(_f64(gw), _f64(gw0)) <= 2e-2, schedule
 
 
-def _default_pool_high_water(reset: bool) -> int:
-    """The CUDA device's default stream-ordered pool's high-water mark in bytes (reset to 0
-    first when asked): where xent takes its workspace when XLA's scratch gives none."""
-    import ctypes
-    cu = ctypes.CDLL("libcuda.so.1")
-    dev, pool, v = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64(0)
-    used_mem_high = 8  # CU_MEMPOOL_ATTR_USED_MEM_HIGH
-    assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
-    assert cu.cuDeviceGetDefaultMemPool(ctypes.byref(pool), dev) == 0
-    if reset:
-        assert cu.cuMemPoolSetAttribute(pool, used_mem_high, ctypes.byref(v)) == 0
-    assert cu.cuMemPoolGetAttribute(pool, used_mem_high, ctypes.byref(v)) == 0
-    return v.value
-
-
 def test_workspace_from_xla_scratch_gpu(rng):
     """On the GPU the fused linear loss's workspace (and the cross-entropy's) comes from
     XLA's scratch, which XLA counts and reuses, not from memory xent takes beside XLA's
@@ -386,10 +374,10 @@ def test_workspace_from_xla_scratch_gpu(rng):
         ce = jax.jit(jax.value_and_grad(lambda z: xj.cross_entropy(z, y)))
         jax.block_until_ready(lin(x, w))  # compiled, then measured
         jax.block_until_ready(ce(x @ w.T))
-        _default_pool_high_water(reset=True)
+        assert default_pool_high_water(reset=True) == 0
         jax.block_until_ready(lin(x, w))
         jax.block_until_ready(ce(x @ w.T))
-        assert _default_pool_high_water(reset=False) == 0
+        assert default_pool_high_water() == 0
 
 
 def test_jax_step_benchmark_runs():
