@@ -63,12 +63,18 @@ __device__ __forceinline__ void tma_load_multicast(void *dst, const CUtensorMap 
       "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(smem_u32(b)), "h"(mask)
       : "memory");
 }
-/* An arrival on the barrier at b's offset in block `rank` of the cluster. */
+/* An arrival on the barrier at b's offset in block `rank` of the cluster.
+ * Release at the block's scope, not the cluster's: what the arrival
+ * publishes is that this warp's tensor-core reads of a stage are over
+ * (wgmma's wait said so), and no write of the thread needs ordering before
+ * the peer's TMA refills it. ".release.cluster" compiles to MEMBAR.ALL.GPU
+ * before every arrival: a consumer warp waited on its memory twice per
+ * block of K, and clusters of 2 ran at half the speed of single blocks
+ * (bench/NOTES.md v41). */
 __device__ __forceinline__ void bar_arrive_cluster(uint64_t *b, uint32_t rank) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(b)), "r"(rank));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote)
-               : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
 }
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t r;
