@@ -162,7 +162,7 @@ typedef struct xent_experimental_gemm {
                              where n values of D are not a multiple of 16 bytes,
                              D goes through registers all the same                 */
   int cluster_m;          /* xent: 2 runs pairs of blocks on vertically adjacent tiles
-                             that share B's loads (TMA multicast; 256-column tiles);
+                             that share B's loads (TMA multicast; either tile width);
                              0 or 1: none                                           */
   float *stats;           /* xent, or NULL: the statistics epilogue (the fused linear
                              loss's logits). Row i's (max, sum of exp(D[i][j] - max))

@@ -380,10 +380,10 @@ static void cuda_products(int engine, int cluster, int pingpong, const char *tes
       if (layout == MN) c.accumulate = v % 5 != 0;           /* dW adds up over chunks  */
       if (engine == XENT_EXPERIMENTAL_GEMM_XENT) c.tma = (v / 4) % 2;
       if (engine != XENT_EXPERIMENTAL_GEMM_XENT) c.tile_n = 0, c.tma = 0;
-      if (cluster) c.cluster = cluster, c.tile_n = 0; /* pairs take 256-column tiles */
+      if (cluster) c.cluster = cluster; /* pairs of 128- and 256-column tiles, and the rule's */
       c.pingpong = pingpong;
       if (engine == XENT_EXPERIMENTAL_GEMM_XENT && layout == KK && !c.accumulate) {
-        c.tile_n = cluster || (s / 2) % 2 ? 256 : 128; /* the statistics' layout is by tile */
+        c.tile_n = (s / 2) % 2 ? 256 : 128; /* the statistics' layout is by tile */
         c.stats = 1; /* the logits' statistics epilogue */
       }
       const xent_status st = run_case(&c, engine, &rng, &worst);

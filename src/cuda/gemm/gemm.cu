@@ -144,9 +144,13 @@ xent_status by_epilogue(const gemm_product &p, const dev_props &dp, cudaStream_t
 
 template <typename T, typename TD, bool AMN, bool BMN>
 xent_status by_tile(const gemm_product &p, const dev_props &dp, cudaStream_t s, int bn, int gm) {
-  if (p.cluster_m == 2) /* pairs take 256-column tiles only (gemm_sm90_refusal) */
-    return p.tma_epilogue ? launch<T, TD, 256, AMN, BMN, true, 2, false>(p, dp, s, gm)
-                          : launch<T, TD, 256, AMN, BMN, false, 2, false>(p, dp, s, gm);
+  if (p.cluster_m == 2) {
+    if (p.tma_epilogue)
+      return bn == 256 ? launch<T, TD, 256, AMN, BMN, true, 2, false>(p, dp, s, gm)
+                       : launch<T, TD, 128, AMN, BMN, true, 2, false>(p, dp, s, gm);
+    return bn == 256 ? launch<T, TD, 256, AMN, BMN, false, 2, false>(p, dp, s, gm)
+                     : launch<T, TD, 128, AMN, BMN, false, 2, false>(p, dp, s, gm);
+  }
   return p.pingpong ? by_epilogue<T, TD, AMN, BMN, true>(p, dp, s, bn, gm)
                     : by_epilogue<T, TD, AMN, BMN, false>(p, dp, s, bn, gm);
 }
@@ -178,7 +182,6 @@ const char *gemm_sm90_refusal(const gemm_product &p, const dev_props &dp) {
     return "xent's GEMM writes D in the operands' type (fp32 only for an M-major A)";
   if (p.bn != 0 && p.bn != 128 && p.bn != 256) return "the tile's columns are 128 or 256";
   if (p.cluster_m < 0 || p.cluster_m > 2) return "clusters along M are of 1 or 2 blocks";
-  if (p.cluster_m == 2 && p.bn == 128) return "clusters of 2 blocks take 256-column tiles";
   if (p.cluster_m == 2 && p.pingpong) return "the consumers take turns without clusters";
   if (p.stats && (p.bn == 0 || p.accumulate || p.d_type != p.ab_type || ((uintptr_t)p.stats & 7)))
     return "the statistics epilogue needs the tile's columns, a fresh D of the operands' type "
@@ -207,7 +210,7 @@ xent_status gemm_sm90(const gemm_product &p, const dev_props &dp, cudaStream_t s
   const char *why = gemm_sm90_refusal(p, dp);
   if (why) return xent_fail(XENT_ERROR_UNSUPPORTED, "%s", why);
   /* BN 256 (the larger tile reads less per product) unless it leaves SMs idle */
-  int bn = p.cluster_m == 2 ? 256 : p.bn;
+  int bn = p.bn;
   if (bn == 0) {
     const int64_t bm = p.pingpong ? 64 : 128;
     const int64_t tiles256 = ((p.m + bm - 1) / bm) * ((p.n + 255) / 256);

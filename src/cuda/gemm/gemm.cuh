@@ -38,7 +38,7 @@ struct gemm_product {
   int group_m;       /* row tiles walked together; 0: the rule */
   bool tma_epilogue; /* D through TMA boxes: stored, or added in L2 in D's type (where
                         D's rows end on a 16-byte boundary; elsewhere through registers) */
-  int cluster_m;     /* 2: pairs of blocks along M sharing B by multicast (BN 256); 0 or 1: none */
+  int cluster_m;     /* 2: pairs of blocks along M sharing B by multicast; 0 or 1: none */
   float *stats;      /* or NULL: row i's (max, sum of exp(D - max)) over column tile t of
                         D as stored at stats[2 (i ceil(n / bn) + t)] and + 1 (bn given; a
                         16-bit D, no accumulate) */
