@@ -240,7 +240,8 @@ static long sweep(int cuda, const char *name) {
   c = xt_case_default(XENT_FLOAT32, 9, 5);
   errs += run_case(&c, 5, cuda, &rng);
   /* shards wider than one round of a block's loads (the CUDA statistics pass
-   * skips their ignored rows unread; narrower ones are read, then zeroed) */
+   * skips their ignored rows after the first round; narrower ones are read,
+   * then zeroed) */
   c = xt_case_default(XENT_FLOAT32, 16, 20000);
   c.ignore_frac = 0.3;
   errs += run_case(&c, 2, cuda, &rng);

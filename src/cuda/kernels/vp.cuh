@@ -36,42 +36,85 @@ struct vp_params {
  * arg-max and the target's column need no shift. */
 constexpr int kVpUnroll = kTwoReadUnroll;
 
+/* This thread's first U vectors of a row (those below nvec). */
+template <typename T>
+__device__ __forceinline__ void vp_first_vectors(const char *x, const row_geom &g,
+                                                 uint4 (&a)[kVpUnroll]) {
+  const uint4 *vp = (const uint4 *)(x + (int64_t)g.head * (int)sizeof(T));
+#pragma unroll
+  for (int u = 0; u < kVpUnroll; u++)
+    if (threadIdx.x + u * blockDim.x < (unsigned)g.nvec) a[u] = ld_once(vp + threadIdx.x + u * blockDim.x);
+}
+
+/* A row's fold over the shard in the two-read kernel's first-pass order,
+ * this thread's first U vectors already in `a`. */
+template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH>
+__device__ __forceinline__ part vp_fold_row(const fwd_params &p, const char *x, const row_geom &g,
+                                            int offset, const uint4 (&a)[kVpUnroll]) {
+  constexpr int VN = elem<T>::N, U = kVpUnroll;
+  const uint4 *vp = (const uint4 *)(x + (int64_t)g.head * (int)sizeof(T));
+  const int tid = threadIdx.x, nt = blockDim.x, base = offset + g.head;
+  part q = part_empty();
+  float m = -INFINITY, s = 0.0f;
+#pragma unroll
+  for (int u = 0; u < U; u++)
+    if (tid + u * nt < g.nvec)
+      fold_vec<T, GENERAL, ARGMAX, SMOOTH>(p, a[u], base + (tid + u * nt) * VN, m, s, q);
+  for (int j0 = tid + U * nt; j0 < g.nvec; j0 += U * nt) {
+    uint4 w[U];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+      if (j0 + u * nt < g.nvec) w[u] = ld_once(vp + j0 + u * nt);
+#pragma unroll
+    for (int u = 0; u < U; u++)
+      if (j0 + u * nt < g.nvec)
+        fold_vec<T, GENERAL, ARGMAX, SMOOTH>(p, w[u], base + (j0 + u * nt) * VN, m, s, q);
+  }
+  fold_extras<T, GENERAL, ARGMAX, SMOOTH>(p, x, g, tid, nt, m, s, q, offset);
+  q.m = m;
+  q.s = s;
+  return q;
+}
+
+/* A row's record. Its life at a narrow shard is a chain of latencies, not
+ * bytes (bench/NOTES.md v41), so nothing waits that need not: the row's
+ * first round of loads goes out before its target is known (a skipped
+ * row's record is zeroed after; a longer row is skipped after that first
+ * round), the target's logit is on its way while the row is folded, and a
+ * call that folds nothing but (max, sum) reduces those two alone. */
 template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH>
 __global__ void __launch_bounds__(kVpThreads) vp_stats_kernel(const vp_params v) {
   __shared__ part scratch[kMaxWarps + 1];
   const fwd_params &p = v.p;
   if (kernel_enter(p.verdict)) return;
   const int64_t row = blockIdx.x;
-  const int64_t y = load_target(p.targets, p.target64, row);
-  float *rec = v.records + row * v.record;
   const char *x = p.x + row * p.stride_bytes;
   const row_geom g = make_geom<T>(x, p.vocab);
-  /* A skipped (ignored or bad) row's record is zeros. A row longer than one
-   * round of loads is skipped before it is read (its bytes saved); a
-   * shorter one is read while its target is still on the way, and skipped
-   * after (its time is latency, not bytes). */
+  uint4 a[kVpUnroll];
+  vp_first_vectors<T>(x, g, a);
+  const int64_t y = load_target(p.targets, p.target64, row);
+  float *rec = v.records + row * v.record;
   const bool skip = y == p.ignore_index || y < 0 || y >= v.vocab;
   const bool one_round = g.nvec <= kVpUnroll * (int)blockDim.x;
-  part r = part_empty();
-  if (!skip || one_round) { /* one read of the shard, as the two-read kernel's first pass */
-    part q = part_empty();
-    tworead_pass1<T, GENERAL, ARGMAX, SMOOTH, kVpUnroll>(p, x, g, 0, g.nvec, true, q, threadIdx.x,
-                                                         blockDim.x, (int)v.offset);
-    r = block_reduce(q, scratch);
+  if (!one_round && skip) {
+    if (threadIdx.x < (unsigned)v.record) rec[threadIdx.x] = 0.0f;
+    return;
   }
+  const bool here = threadIdx.x == 0 && !skip && y >= v.offset && y < v.offset + p.vocab;
+  const float xy = here ? elem<T>::load(x + (y - v.offset) * (int64_t)sizeof(T)) : 0.0f;
+  const part q = vp_fold_row<T, GENERAL, ARGMAX, SMOOTH>(p, x, g, (int)v.offset, a);
+  const part r = ARGMAX || SMOOTH ? block_reduce(q, scratch)
+                                  : threads_reduce_max_sum<false>(q, scratch, (int)blockDim.x);
   if (skip) {
     if (threadIdx.x < (unsigned)v.record) rec[threadIdx.x] = 0.0f;
     return;
   }
   if (threadIdx.x != 0) return;
+  float d;
   xent_vp_row o;
   o.m = r.m;
   o.s = r.s;
-  o.t = 0.0f;
-  if (y >= v.offset && y < v.offset + p.vocab) {
-    float d, xy = elem<T>::load(x + (y - v.offset) * (int64_t)sizeof(T));
-    o.t = GENERAL && p.use_softcap ? cap(p, xy, &d) : xy;
-  }
+  o.t = !here ? 0.0f : GENERAL && p.use_softcap ? cap(p, xy, &d) : xy;
   o.u = r.sx;
   o.wu = r.swx;
   o.sw = r.sw;
@@ -120,16 +163,6 @@ __device__ __forceinline__ void vp_row_gradient(const fwd_params &p, bool skip, 
     return;
   }
   vp_grad_row<T, GENERAL>(p, gc, x, g, offset, a);
-}
-
-/* This thread's first U vectors of a row (those below nvec). */
-template <typename T>
-__device__ __forceinline__ void vp_first_vectors(const char *x, const row_geom &g,
-                                                 uint4 (&a)[kVpUnroll]) {
-  const uint4 *vp = (const uint4 *)(x + (int64_t)g.head * (int)sizeof(T));
-#pragma unroll
-  for (int u = 0; u < kVpUnroll; u++)
-    if (threadIdx.x + u * blockDim.x < (unsigned)g.nvec) a[u] = ld_once(vp + threadIdx.x + u * blockDim.x);
 }
 
 /* Floats of a row's P records that the forward stages in shared memory (P
