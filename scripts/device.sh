@@ -18,6 +18,7 @@
 #                table: its sources carried as .before/src.tar (git archive COMMIT)
 #   gemmtest     test_gemm alone under a 300 s limit (xent's Hopper GEMM), before `test`
 #   gemmsan      compute-sanitizer memcheck, racecheck and synccheck over xent's GEMM's tests
+#                (XENT_GEMMSAN_ONLY: a cmocka pattern of them)
 #   test         every C test through CTest: API, CPU, linear (CPU and CUDA), CUDA, GEMM
 #   quick        the quick CUDA subset, test_linear and test_vp (a short run)
 #   linear-test  test_linear only
@@ -35,12 +36,14 @@
 #   linear-sched bench/linear.py: the GEMMs alone, xent's rows and vocab schedules and auto,
 #                at each of XENT_LINEAR_SCHED_SHAPES ("BT,H,V ...")
 #   vp           bench/vp.py: the vocabulary-parallel shard calls against the single-GPU loss
+#                (with a `before` build: its passes, then this tree's again, in vp-ab.log)
 #   jax          bench/jax_step.py: xent.jax against optax, jax.nn and XLA's matmul + loss
 #   dwk          dev/cuda/lt_dwk.cu: dW's product by k, cuBLASLt's heuristic against the forced tile
 #   gemm         bench/gemm.py: the three products through xent's own Hopper GEMM (src/cuda/gemm/)
-#                against cuBLASLt and torch.mm, at the default chunk and the whole batch
+#                against cuBLASLt and torch.mm, at the default chunk and the whole batch (with a
+#                `before` build: its engines XENT_GEMM_BEFORE_ENGINES in gemm-before.log)
 #   gemmncu      Nsight Compute over the chunk's dW and logits products (XENT_NCU_PRODUCTS),
-#                xent's GEMM against cuBLASLt as the loss configures it
+#                xent's GEMM (XENT_NCU_ENGINES) against cuBLASLt as the loss configures it
 #   cutlass      dev/cuda/gemm_cutlass_spike.cu: the three products through CUTLASS's Hopper
 #                GEMMs against cuBLASLt (the nvidia-cutlass wheel carried in .whl)
 #   hf           bench/hf_step.py: a 1B-shaped Hugging Face model's training step with
@@ -226,7 +229,7 @@ if has gemmsan && in_time gemmsan; then
   # compute-sanitizer over xent's GEMM's tests: memcheck, racecheck, synccheck
   stamp "gemmsan"
   for tool in memcheck racecheck synccheck; do
-    XENT_TEST_ONLY="test_cuda_gemm_xent*" timeout 150 compute-sanitizer --tool $tool \
+    XENT_TEST_ONLY="${XENT_GEMMSAN_ONLY:-test_cuda_gemm_xent*}" timeout 150 compute-sanitizer --tool $tool \
       --error-exitcode 9 build/tests/test_gemm >"$OUT/gemmsan-$tool.log" 2>&1
     note gemmsan "$tool rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/gemmsan-$tool.log" | tail -1)"
   done
@@ -401,6 +404,14 @@ if has vp && in_time vp; then
   stamp "vp"
   timeout 200 python3 bench/vp.py >"$OUT/vp.log" 2>&1
   note vp "rc=$?"
+  if [ -f build-before/libxent.so ]; then
+    # the `before` build's shard passes, then this tree's again: side by side in one call
+    for lib in build-before build; do
+      echo "-- $lib" >>"$OUT/vp-ab.log"
+      XENT_LIBRARY=$PWD/$lib/libxent.so timeout 200 python3 bench/vp.py >>"$OUT/vp-ab.log" 2>&1
+    done
+    note vp-ab "rc=$? (before, then this tree)"
+  fi
 fi
 if has hf && in_time hf; then
   stamp "hf"
@@ -466,6 +477,13 @@ if has gemm && in_time gemm; then
     >"$OUT/gemm.log" 2>&1
   note gemm "rc=$?"
   tail -12 "$OUT/gemm.log"
+  if [ -f build-before/libxent.so ]; then
+    # the `before` build's GEMM (XENT_GEMM_BEFORE_ENGINES) beside cuBLASLt in its own process
+    XENT_LIBRARY=$PWD/build-before/libxent.so PYTHONUNBUFFERED=1 timeout 300 python3 bench/gemm.py \
+      --engines "${XENT_GEMM_BEFORE_ENGINES:-xent_tma,xent_c2,cublaslt}" --describe \
+      --csv "$OUT/gemm-before.csv" >"$OUT/gemm-before.log" 2>&1
+    note gemm-before "rc=$?"
+  fi
 fi
 if has gemmncu && in_time gemmncu; then
   # Nsight Compute over the chunk's dW and logits products: xent's GEMM against cuBLASLt as
@@ -474,7 +492,8 @@ if has gemmncu && in_time gemmncu; then
   timeout 400 ncu --target-processes all --kernel-name regex:"sm90_gemm|nvjet" \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section Occupancy python3 bench/gemm.py --iters 1 --warmup 0 \
-    --only "${XENT_NCU_PRODUCTS:-dW@chunk,logits@chunk}" --engines xent_tma,xent_pp,cublaslt_loss \
+    --only "${XENT_NCU_PRODUCTS:-dW@chunk,logits@chunk}" \
+    --engines "${XENT_NCU_ENGINES:-xent_tma,xent_c2,cublaslt_loss}" \
     >"$OUT/gemmncu.log" 2>&1
   note gemmncu "rc=$? $(grep -c 'Duration' "$OUT/gemmncu.log") kernels"
   grep -E '^  [a-z_]+.*\(|Duration|Compute \(SM\) Throughput|L2 Cache Throughput|DRAM Throughput|Issued Ipc|Warp Cycles Per Issued|No Eligible' \
