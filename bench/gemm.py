@@ -11,7 +11,8 @@ keeps it):
 at c = the default chunk and c = BT. Engines: xent (its tile rule, register epilogue),
 xent_n128 / xent_n256 (a tile's columns forced), xent_tma (the TMA epilogue), xent_c2 (pairs
 of blocks sharing B by multicast, TMA epilogue), xent_pp (the consumers on alternate 64-row
-tiles, one writing while the other multiplies; TMA epilogue), cublaslt (its heuristic), cublaslt_loss (as the
+tiles, one writing while the other multiplies; TMA epilogue), xent_pp_c2 (the two together: the
+tile cuBLASLt runs dW's chunk product with), cublaslt (its heuristic), cublaslt_loss (as the
 fused linear loss runs it: dW's chunk product in lt.cu's measured configuration), torch (torch.mm). Each engine: the median of --iters CUDA-event
 timings after --warmup, ms and TFLOP/s, and its ratio to cuBLASLt; the largest
 difference from cuBLASLt's output relative to its largest value (a check, not a
@@ -49,8 +50,8 @@ class Gemm(ctypes.Structure):
     ]
 
 
-ENGINES = ["xent", "xent_n128", "xent_n256", "xent_tma", "xent_pp", "xent_c2", "cublaslt",
-           "cublaslt_loss", "torch"]
+ENGINES = ["xent", "xent_n128", "xent_n256", "xent_tma", "xent_pp", "xent_c2", "xent_pp_c2",
+           "cublaslt", "cublaslt_loss", "torch"]
 PRODUCTS = ["logits", "dX", "dW"]
 
 
@@ -119,8 +120,8 @@ def main(argv=None):
         if e in ("cublaslt", "cublaslt_loss"):
             return (1 if e == "cublaslt" else 2), 0, 0, 0, 0
         return (0, {"xent_n128": 128, "xent_n256": 256}.get(e, 0),
-                1 if e in ("xent_tma", "xent_c2", "xent_pp") else 0, 2 if e == "xent_c2" else 0,
-                1 if e == "xent_pp" else 0)
+                1 if e in ("xent_tma", "xent_c2", "xent_pp", "xent_pp_c2") else 0,
+                2 if e in ("xent_c2", "xent_pp_c2") else 0, 1 if e in ("xent_pp", "xent_pp_c2") else 0)
 
     def xent_call(engine, tile_n, tma, cluster, pingpong, m, n, k, ldd, spec, out):
         g = Gemm(engine=engine, m=m, n=n, k=k, a=spec["a"].data_ptr(), lda=spec["lda"],

@@ -171,8 +171,8 @@ typedef struct xent_experimental_gemm {
                              needs tile_n, a D of the operands' type, no accumulate */
   int pingpong;           /* xent: 1 gives each consumer warpgroup tiles of 64 rows of its
                              own, taken in turns, so that one writes its tile while the
-                             other multiplies (not with cluster_m 2); 0: both share each
-                             128-row tile */
+                             other multiplies (with cluster_m 2, over pairs of blocks);
+                             0: both share each 128-row tile */
   int device;
   void *stream;           /* a cudaStream_t; NULL: the default stream              */
   void *workspace;        /* cuBLASLt's workspace on the device, or NULL            */

@@ -146,8 +146,6 @@ xent_status xent_experimental_gemm_run(const xent_experimental_gemm *g) {
   if (!in_range(g->cluster_m, 0, 2))
     return xent_fail(XENT_ERROR_BAD_ARGUMENT, "cluster_m is %d; it must be 0, 1 or 2",
                      g->cluster_m);
-  if (g->pingpong && g->cluster_m == 2)
-    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "pingpong takes no clusters (cluster_m 0 or 1)");
   if (g->stats && g->tile_n == 0)
     return xent_fail(XENT_ERROR_BAD_ARGUMENT,
                      "stats needs tile_n (128 or 256): its layout is by column tile");

@@ -133,26 +133,22 @@ xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stre
   return XENT_OK;
 }
 
-template <typename T, typename TD, bool AMN, bool BMN, bool PP>
+template <typename T, typename TD, bool AMN, bool BMN, int CM, bool PP>
 xent_status by_epilogue(const gemm_product &p, const dev_props &dp, cudaStream_t s, int bn, int gm) {
   if (p.tma_epilogue)
-    return bn == 256 ? launch<T, TD, 256, AMN, BMN, true, 1, PP>(p, dp, s, gm)
-                     : launch<T, TD, 128, AMN, BMN, true, 1, PP>(p, dp, s, gm);
-  return bn == 256 ? launch<T, TD, 256, AMN, BMN, false, 1, PP>(p, dp, s, gm)
-                   : launch<T, TD, 128, AMN, BMN, false, 1, PP>(p, dp, s, gm);
+    return bn == 256 ? launch<T, TD, 256, AMN, BMN, true, CM, PP>(p, dp, s, gm)
+                     : launch<T, TD, 128, AMN, BMN, true, CM, PP>(p, dp, s, gm);
+  return bn == 256 ? launch<T, TD, 256, AMN, BMN, false, CM, PP>(p, dp, s, gm)
+                   : launch<T, TD, 128, AMN, BMN, false, CM, PP>(p, dp, s, gm);
 }
 
 template <typename T, typename TD, bool AMN, bool BMN>
 xent_status by_tile(const gemm_product &p, const dev_props &dp, cudaStream_t s, int bn, int gm) {
-  if (p.cluster_m == 2) {
-    if (p.tma_epilogue)
-      return bn == 256 ? launch<T, TD, 256, AMN, BMN, true, 2, false>(p, dp, s, gm)
-                       : launch<T, TD, 128, AMN, BMN, true, 2, false>(p, dp, s, gm);
-    return bn == 256 ? launch<T, TD, 256, AMN, BMN, false, 2, false>(p, dp, s, gm)
-                     : launch<T, TD, 128, AMN, BMN, false, 2, false>(p, dp, s, gm);
-  }
-  return p.pingpong ? by_epilogue<T, TD, AMN, BMN, true>(p, dp, s, bn, gm)
-                    : by_epilogue<T, TD, AMN, BMN, false>(p, dp, s, bn, gm);
+  if (p.cluster_m == 2)
+    return p.pingpong ? by_epilogue<T, TD, AMN, BMN, 2, true>(p, dp, s, bn, gm)
+                      : by_epilogue<T, TD, AMN, BMN, 2, false>(p, dp, s, bn, gm);
+  return p.pingpong ? by_epilogue<T, TD, AMN, BMN, 1, true>(p, dp, s, bn, gm)
+                    : by_epilogue<T, TD, AMN, BMN, 1, false>(p, dp, s, bn, gm);
 }
 
 template <typename T>
@@ -182,7 +178,6 @@ const char *gemm_sm90_refusal(const gemm_product &p, const dev_props &dp) {
     return "xent's GEMM writes D in the operands' type (fp32 only for an M-major A)";
   if (p.bn != 0 && p.bn != 128 && p.bn != 256) return "the tile's columns are 128 or 256";
   if (p.cluster_m < 0 || p.cluster_m > 2) return "clusters along M are of 1 or 2 blocks";
-  if (p.cluster_m == 2 && p.pingpong) return "the consumers take turns without clusters";
   if (p.stats && (p.bn == 0 || p.accumulate || p.d_type != p.ab_type || ((uintptr_t)p.stats & 7)))
     return "the statistics epilogue needs the tile's columns, a fresh D of the operands' type "
            "and 8-byte aligned statistics";

@@ -23,7 +23,10 @@
  * multiplies; their main loops take turns (an mbarrier each says "my main
  * loop of this tile is done"), which keeps the stages they wait on in
  * order. The tensor cores then wait for no epilogue, at the price of B's
- * tile loaded for 64 rows instead of 128.
+ * tile loaded for 64 rows instead of 128, which pairs of blocks (CM 2)
+ * sharing B by multicast take back: 64-row tiles a consumer, taking turns,
+ * over pairs, is the tile cuBLASLt runs the loss's dW product with (256 x 64
+ * in its column-major terms, clusters of 1 x 2).
  */
 #ifndef XENT_CUDA_GEMM_SM90_CUH
 #define XENT_CUDA_GEMM_SM90_CUH
@@ -185,14 +188,15 @@ __device__ __forceinline__ void release_stage(uint64_t *empty) {
 /* CM: blocks of a cluster along M (1 or 2). With 2, the pair takes row tiles
  * 2 i and 2 i + 1 of the same column tile, and each block loads half of the
  * shared B tile and multicasts it to both: B is read from L2 once per pair.
- * PP: the consumers take turns (above); without clusters. */
+ * PP: the consumers take turns (above); in a pair, consumer c of both
+ * blocks takes the same steps of the walk, so each stage is read by the
+ * same consumer in both. */
 template <typename T, typename TD, int BN, bool AMN, bool BMN, bool TMA_EPI, int CM, bool PP>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb,
                      const __grid_constant__ CUtensorMap md, sm90_args g) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 blocks");
-  static_assert(!PP || CM == 1, "the consumers take turns without clusters");
   constexpr int STAGES = sm90_stages<BN>(), BM = sm90_bm<PP>();
   constexpr int A_BYTES = BM * kBK * 2, ST = A_BYTES + BN * kBK * 2;
   extern __shared__ unsigned char smem_raw[];
