@@ -26,7 +26,8 @@ constexpr int kTwoReadUnroll = 4; /* vectors a thread has in flight */
 
 /* Pass 1 over vectors [j_begin, j_end) (and the extra elements when
  * do_extras), by `nt` threads of which this is number `tid`, U vectors a
- * thread in flight: an online (max, sum) and the max-pass statistics.
+ * thread in flight: the online (max, sum) that q holds (part_empty's to
+ * start) and the max-pass statistics, continued.
  * `base`: the column of the row's element 0 (a shard's offset), for the
  * weights and the arg-max. */
 template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH, int U = kTwoReadUnroll>
@@ -37,7 +38,7 @@ __device__ __forceinline__ void tworead_pass1(const fwd_params &p, const char *r
   constexpr int VN = elem<T>::N;
   constexpr int ES = (int)sizeof(T);
   const uint4 *vp = (const uint4 *)(rowp + (int64_t)g.head * ES);
-  float m = -INFINITY, s = 0.0f;
+  float m = q.m, s = q.s;
   const bool hint = p.l2_hint && p.write_grad;
   const uint64_t pol = hint ? l2_policy(true) : 0;
   for (int j0 = j_begin + tid; j0 < j_end; j0 += U * nt) {

@@ -46,33 +46,23 @@ __device__ __forceinline__ void vp_first_vectors(const char *x, const row_geom &
     if (threadIdx.x + u * blockDim.x < (unsigned)g.nvec) a[u] = ld_once(vp + threadIdx.x + u * blockDim.x);
 }
 
-/* A row's fold over the shard in the two-read kernel's first-pass order,
- * this thread's first U vectors already in `a`. */
+/* A row's fold over the shard in the two-read kernel's first-pass order:
+ * this thread's first U vectors, already in `a`, then the rest by
+ * tworead_pass1 (a pass without a gradient reads each vector once). */
 template <typename T, bool GENERAL, bool ARGMAX, bool SMOOTH>
 __device__ __forceinline__ part vp_fold_row(const fwd_params &p, const char *x, const row_geom &g,
                                             int offset, const uint4 (&a)[kVpUnroll]) {
   constexpr int VN = elem<T>::N, U = kVpUnroll;
-  const uint4 *vp = (const uint4 *)(x + (int64_t)g.head * (int)sizeof(T));
   const int tid = threadIdx.x, nt = blockDim.x, base = offset + g.head;
   part q = part_empty();
-  float m = -INFINITY, s = 0.0f;
+  float m = q.m, s = q.s;
 #pragma unroll
   for (int u = 0; u < U; u++)
     if (tid + u * nt < g.nvec)
       fold_vec<T, GENERAL, ARGMAX, SMOOTH>(p, a[u], base + (tid + u * nt) * VN, m, s, q);
-  for (int j0 = tid + U * nt; j0 < g.nvec; j0 += U * nt) {
-    uint4 w[U];
-#pragma unroll
-    for (int u = 0; u < U; u++)
-      if (j0 + u * nt < g.nvec) w[u] = ld_once(vp + j0 + u * nt);
-#pragma unroll
-    for (int u = 0; u < U; u++)
-      if (j0 + u * nt < g.nvec)
-        fold_vec<T, GENERAL, ARGMAX, SMOOTH>(p, w[u], base + (j0 + u * nt) * VN, m, s, q);
-  }
-  fold_extras<T, GENERAL, ARGMAX, SMOOTH>(p, x, g, tid, nt, m, s, q, offset);
   q.m = m;
   q.s = s;
+  tworead_pass1<T, GENERAL, ARGMAX, SMOOTH, U>(p, x, g, U * nt, g.nvec, true, q, tid, nt, offset);
   return q;
 }
 
