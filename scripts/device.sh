@@ -31,6 +31,8 @@
 #   host         bench/host_time.py at BT 1024 (with --parts) and 8192
 #   linear-ab    bench/linear.py (the GEMMs alone and xent) with this tree's library and the
 #                `before` build's in turn, at each of XENT_LINEAR_AB_SHAPES ("BT,H,V ...")
+#   profile      dev/linear_profile.py: the step kernel by kernel (torch.profiler) for each
+#                of XENT_PROFILE_STEPS ("STEP[:XENT_PRODUCTS] ...") at XENT_PROFILE_SHAPE
 #   memory       bench/linear.py --chunk-curve with the peers at XENT_MEMORY_SHAPES, and
 #                bench/plot_memory.py's picture of time against memory (PNG in $OUT)
 #   linear-sched bench/linear.py: the GEMMs alone, xent's rows and vocab schedules and auto,
@@ -346,6 +348,19 @@ if has linear-sched && in_time linear-sched; then
   note linear-sched "$(grep -cE '^  xent' "$OUT/linear-sched.txt") xent rows"
   grep -E '^  (gemm|xent)|^linear.py|BT=' "$OUT/linear-sched.txt" | head -60
 fi
+if has profile && in_time profile; then
+  # dev/linear_profile.py: the step kernel by kernel, one process per "STEP[:PRODUCTS]" of
+  # XENT_PROFILE_STEPS (STEP: xent, xent_all, xent_1g, torch_compile) at XENT_PROFILE_SHAPE.
+  stamp "profile"
+  for sp in ${XENT_PROFILE_STEPS:-xent_all torch_compile xent_1g xent xent:xent}; do
+    step=${sp%%:*}
+    prod=""
+    [ "$step" != "$sp" ] && prod=${sp#*:}
+    XENT_PRODUCTS="$prod" PYTHONUNBUFFERED=1 timeout 150 python3 dev/linear_profile.py \
+      "${XENT_PROFILE_SHAPE:-8192,4096,128256}" "$step" >>"$OUT/profile.log" 2>&1
+  done
+  note profile "$(grep -oE "step [0-9.]+ ms" "$OUT/profile.log" | tr -d "stepm " | tr "\n" " ")"
+fi
 if has memory && in_time memory; then
   # Issue 54's picture: every provider a point, xent a curve over memory_budget (time as a
   # ratio to the GEMMs against extra memory), one process a shape (XENT_MEMORY_SHAPES).
@@ -536,6 +551,7 @@ for f in bench bench-before bench-variant bench-again; do
 done
 [ -f "$OUT/linear.log" ] && { echo "-- linear"; grep -vE '^\s*$' "$OUT/linear.log" | tail -60; }
 [ -f "$OUT/vp.log" ] && { echo "-- vp"; tail -6 "$OUT/vp.log"; }
+[ -f "$OUT/profile.log" ] && { echo "-- profile"; cat "$OUT/profile.log"; }
 [ -f "$OUT/jax.log" ] && { echo "-- jax"; cat "$OUT/jax.log"; }
 [ -f "$OUT/hf.log" ] && { echo "-- hf"; tail -8 "$OUT/hf.log"; }
 [ -f "$OUT/host.log" ] && { echo "-- host"; grep -vE '^\s*$' "$OUT/host.log" | tail -60; }
