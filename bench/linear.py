@@ -17,7 +17,8 @@ Providers (each skipped, with a printed reason, when it is missing or cannot run
     xent_rows, xent_vocab, xent_fp32accum_rows, xent_fp32accum_vocab, xent_all (one chunk:
     all the logits in memory), xent_own (xent's own Hopper products, where they run),
     xent_own_nostats (the same without the logits' statistics epilogue), xent_own_pingpong
-    and xent_own_pingpong_nostats (the same two with the GEMM's consumers on alternate tiles)
+    and xent_own_pingpong_nostats (the same two with the GEMM's consumers on alternate tiles),
+    xent_own_all (xent_own with one chunk)
                     (on request) the same with schedule="rows" or "vocab" asked for
     liger_flce      the peer's LigerFusedLinearCrossEntropyLoss (Triton, chunked)
     liger_sm90      the peer's Hopper kernel (CuTe DSL GEMMs, all the logits; liger-kernel 0.8.5
@@ -83,7 +84,7 @@ PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "liger_sm90",
 # on request only: xent with its schedule fixed (xent.h, "schedule")
 EXTRA_PROVIDERS = ["xent_rows", "xent_vocab", "xent_fp32accum_rows", "xent_fp32accum_vocab",
                    "xent_all", "xent_own", "xent_own_nostats", "xent_own_pingpong",
-                   "xent_own_pingpong_nostats", "quack_512"]
+                   "xent_own_pingpong_nostats", "xent_own_all", "quack_512"]
 # without dX these would time another step than the floor's
 FULL_STEP_ONLY = ["liger_flce", "liger_sm90", "quack", "quack_512", "cce", "cce_exact"]
 CHUNK_BUDGETS_MIB = [32, 64, 128, 256, 512, 1024, 2048]
@@ -97,6 +98,8 @@ def parse_args(argv=None):
     p.add_argument("--skip", default="")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5,
+                   help="the timed steps in this many interleaved rounds over the providers")
     p.add_argument("--chunk-curve", action="store_true")
     p.add_argument("--weight-error", action="store_true")
     p.add_argument("--frozen-trunk", action="store_true",
@@ -185,15 +188,16 @@ def make_providers(torch, names: List[str]):
                 out[n] = (None, xt_reason)
                 continue
             own = {"xent_own": 2, "xent_own_nostats": 3, "xent_own_pingpong": 4,
-                   "xent_own_pingpong_nostats": 5}
+                   "xent_own_pingpong_nostats": 5, "xent_own_all": 2}
             if n in own:
                 # xent's own Hopper products (xent_experimental.h, products): 2 with the
                 # logits' statistics epilogue, 3 without it (the chunk's own statistics pass),
-                # 4 and 5 the same with the consumers on alternate tiles
-                fn = xt.FusedLinearCrossEntropyLoss()
+                # 4 and 5 the same with the consumers on alternate tiles; xent_own_all: 2
+                # with one chunk (all the logits in memory)
                 mode = own[n]
-                out[n] = ((lambda x, w, y, fn=fn, mode=mode: with_products(
-                    mode, lambda: fn(w, x, y))), None)
+                out[n] = ((lambda x, w, y, mode=mode, all_=n == "xent_own_all": with_products(
+                    mode, lambda: xt.FusedLinearCrossEntropyLoss(
+                        chunk_rows=x.shape[0] if all_ else 0)(w, x, y))), None)
                 continue
             if n == "xent_all":  # one chunk: all the logits in memory, as torch.compile's
                 out[n] = ((lambda x, w, y: xt.FusedLinearCrossEntropyLoss(
@@ -304,10 +308,12 @@ class Bench:
         return (x.requires_grad_(not self.args.frozen_trunk),
                 w.requires_grad_(not self.args.frozen_head), y)
 
-    def time_step(self, fn, x, w, y) -> List[float]:
+    def time_step(self, fn, x, w, y, n=None) -> List[float]:
+        """n steps (default: the warmup's, untimed, then iters), each from an idle GPU."""
         torch = self.torch
         times = []
-        for i in range(self.args.warmup + self.args.iters):
+        warm = self.args.warmup if n is None else 0
+        for i in range(warm + (self.args.iters if n is None else n)):
             x.grad = w.grad = None
             torch.cuda.synchronize()
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -315,12 +321,14 @@ class Bench:
             fn(x, w, y).backward()
             b.record()
             torch.cuda.synchronize()
-            if i >= self.args.warmup:
+            if i >= warm:
                 times.append(a.elapsed_time(b))
         x.grad = w.grad = None
         return times
 
-    def time_floor(self, bt, h, v) -> List[float]:
+    def floor_step(self, bt, h, v):
+        """fn(n) -> the times of n steps of the three GEMMs alone (torch.matmul into
+        preallocated outputs), its tensors held until fn is dropped."""
         torch = self.torch
         x = torch.randn(bt, h, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(v, h, device="cuda", dtype=torch.bfloat16)
@@ -328,22 +336,28 @@ class Bench:
         gz = torch.randn(bt, v, device="cuda", dtype=torch.bfloat16) * 1e-3
         dx = torch.empty(bt, h, device="cuda", dtype=torch.bfloat16)
         dw = torch.empty(v, h, device="cuda", dtype=torch.bfloat16)
-        times = []
-        for i in range(self.args.warmup + self.args.iters):
-            torch.cuda.synchronize()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            torch.matmul(x, w.t(), out=logits)
-            if not self.args.frozen_trunk:
-                torch.matmul(gz, w, out=dx)
-            if not self.args.frozen_head:
-                torch.matmul(gz.t(), x, out=dw)
-            b.record()
-            torch.cuda.synchronize()
-            if i >= self.args.warmup:
+
+        def run(n):
+            times = []
+            for _ in range(n):
+                torch.cuda.synchronize()
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                torch.matmul(x, w.t(), out=logits)
+                if not self.args.frozen_trunk:
+                    torch.matmul(gz, w, out=dx)
+                if not self.args.frozen_head:
+                    torch.matmul(gz.t(), x, out=dw)
+                b.record()
+                torch.cuda.synchronize()
                 times.append(a.elapsed_time(b))
-        del x, w, logits, gz, dx, dw
-        return times
+            return times
+        return run
+
+    def time_floor(self, bt, h, v) -> List[float]:
+        run = self.floor_step(bt, h, v)
+        run(self.args.warmup)
+        return run(self.args.iters)
 
     def extra_memory(self, fn, x, w, y) -> float:
         """Peak over one step beyond the inputs and dX, dW, in MiB."""
@@ -430,7 +444,8 @@ def main(argv=None) -> int:
             print(f"{pkg} {version(pkg)}")
         except Exception:
             print(f"{pkg}: not installed")
-    print(f"timing: median (p20 / p80) of {args.iters} steps after {args.warmup}; bf16; "
+    print(f"timing: median (p20 / p80) of {args.iters} steps after {args.warmup}, in "
+          f"{max(1, min(args.rounds, args.iters))} interleaved rounds; bf16; "
           "ratio = time / the three GEMMs alone in this run"
           + ("\nfrozen trunk: no dX; the floor is two GEMMs (logits, dW)" if args.frozen_trunk
              else "")
@@ -476,7 +491,12 @@ def main(argv=None) -> int:
               f"1/16: {bt * v * 2 / 16 / 2**20:.0f} MiB)")
         print(f"  {'provider':<16}{'median ms':>10}  {'(p20 / p80)':<21}{'x floor':>8}"
               f"{'TFLOP/s':>9}{'extra MiB':>11}")
-        floor = None
+        # Every provider warmed up (and its memory taken) first, then timed in
+        # interleaved rounds, each round a few steps of each in a rotating order: the
+        # card's clock drifts with its power and heat over a run, and rounds spread
+        # that drift over all of them alike.
+        runs = {}
+        inputs = None
         for n in args.provider_names:
             fn, why = provs[n]
             if why:
@@ -484,19 +504,36 @@ def main(argv=None) -> int:
             torch.cuda.empty_cache()
             try:
                 if n == "gemm_floor":
-                    q = quantiles(bench.time_floor(bt, h, v))
-                    floor = q[0]
-                    mem = None
+                    run = bench.floor_step(bt, h, v)
+                    run(args.warmup)
+                    runs[n] = (run, None)
                 else:
-                    x, w, y = bench.inputs(bt, h, v)
-                    mem = bench.extra_memory(fn, x, w, y)
-                    q = quantiles(bench.time_step(fn, x, w, y))
-                    del x, w, y
+                    if inputs is None:
+                        inputs = bench.inputs(bt, h, v)
+                    mem = bench.extra_memory(fn, *inputs)
+                    bench.time_step(fn, *inputs, n=args.warmup)
+                    runs[n] = ((lambda k, fn=fn: bench.time_step(fn, *inputs, n=k)), mem)
             except Exception as e:
                 msg = f"{type(e).__name__}: {e}".replace("\n", " ")[:200]
                 print(f"  {n:<16}skipped: {msg}")
                 torch.cuda.empty_cache()
-                continue
+        samples = {n: [] for n in runs}
+        rounds = max(1, min(args.rounds, args.iters))
+        names = list(runs)
+        for r in range(rounds):
+            k = args.iters // rounds + (1 if r < args.iters % rounds else 0)
+            for n in names[r % len(names):] + names[:r % len(names)] if names else []:
+                try:
+                    samples[n] += runs[n][0](k)
+                except Exception as e:
+                    msg = f"{type(e).__name__}: {e}".replace("\n", " ")[:200]
+                    print(f"  {n:<16}failed in round {r}: {msg}")
+                    names.remove(n)
+                    samples.pop(n)
+        floor = quantiles(samples["gemm_floor"])[0] if samples.get("gemm_floor") else None
+        for n in [m for m in args.provider_names if m in samples]:
+            q = quantiles(samples[n])
+            mem = runs[n][1]
             ratio = q[0] / floor if floor else float("nan")
             tf = flops / (q[0] * 1e-3) / 1e12
             emit(n, "speed", "ms", x_name, bt, h, v, q)
@@ -511,6 +548,8 @@ def main(argv=None) -> int:
             print(f"  {n:<16}{q[0]:>10.3f}  ({q[1]:>8.3f} / {q[2]:>8.3f}){ratio:>8.3f}"
                   f"{tf:>9.1f}{'' if mem is None else f'{mem:>11.0f}'}")
             sys.stdout.flush()
+        del runs, inputs
+        torch.cuda.empty_cache()
 
     if args.chunk_curve and "xent" in provs and not provs["xent"][1]:
         bt, h, v = SHAPES[0] if not args.quick else (1024, 512, 32000)
