@@ -71,6 +71,17 @@ int products_mode(const xent_linear_call *lc) {
   return lc->exp.products ? lc->exp.products : env_products();
 }
 
+/* Pairs of blocks sharing B (cluster_m 2) where the chunk has many rows, single
+ * blocks where it has few. The chunk's rows are m for the logits and dX, k
+ * for dW. On an H100 (bench/gemm.py, 2026-12-06, NOTES v43) pairs took 0.92
+ * to 0.94 of single blocks' time at 8192 rows and 1.02 to 1.06 at 488; the
+ * threshold between them is not measured closer than that. Not with the
+ * consumers taking turns (pairs lost there at both sizes). */
+int pairs_for(const gemm_product &p) {
+  const int64_t rows = p.a_mn ? p.k : p.m;
+  return !p.pingpong && rows >= 2048 ? 2 : 0;
+}
+
 /* One of the loss's products: xent's own Hopper GEMM (TMA epilogue) where the
  * experimental setting asks for it and it takes the product, cuBLASLt
  * otherwise (xent_experimental.h, products). */
@@ -80,11 +91,13 @@ xent_status product(const xent_linear_call *lc, const dev_props &dp, const lt_ge
   gemm_product p;
   if (mode >= 2 && gemm_from_lt(g, true, &p) && !gemm_sm90_refusal(p, dp)) {
     p.pingpong = mode >= 4;
+    p.cluster_m = pairs_for(p);
     const xent_status st = gemm_sm90(p, dp, stream);
     char what[160];
-    snprintf(what, sizeof what, "xent m=%lld n=%lld k=%lld%s%s%s tma%s", (long long)p.m,
+    snprintf(what, sizeof what, "xent m=%lld n=%lld k=%lld%s%s%s tma%s%s", (long long)p.m,
              (long long)p.n, (long long)p.k, p.a_mn ? " A-M" : "", p.b_mn ? " B-N" : "",
-             p.accumulate ? " add" : "", p.pingpong ? " pingpong" : "");
+             p.accumulate ? " add" : "", p.pingpong ? " pingpong" : "",
+             p.cluster_m == 2 ? " pairs" : "");
     if (!st) lt_set_last(what);
     return st;
   }
@@ -112,6 +125,7 @@ bool logits_with_stats(const xent_linear_call *lc, const dev_props &dp, const lt
   out->bn = kStatsTile;
   out->stats = (float *)ws;
   out->pingpong = mode == 4;
+  out->cluster_m = pairs_for(*out);
   return gemm_sm90_refusal(*out, dp) == nullptr;
 }
 
@@ -291,8 +305,9 @@ xent_status linear_impl(const xent_linear_call *lc, const dev_props &dp) {
     const bool tiled = logits_with_stats(lc, dp, g1, tiles, ltws, plan.lt_bytes, &ps);
     if (tiled) {
       if ((st = gemm_sm90(ps, dp, stream))) break;
-      lt_set_last(ps.pingpong ? "xent logits with statistics pingpong"
-                              : "xent logits with statistics");
+      lt_set_last(ps.pingpong         ? "xent logits with statistics pingpong"
+                  : ps.cluster_m == 2 ? "xent logits with statistics pairs"
+                                      : "xent logits with statistics");
     } else if ((st = product(lc, dp, g1, ltws, plan.lt_bytes, stream))) {
       break;
     }

@@ -1122,6 +1122,23 @@ static void test_cuda_linear_own_products(void **state) {
     if (hopper && !t.backward)
       assert_non_null(strstr(xent_experimental_last_product(), "xent logits with statistics"));
   }
+  /* A chunk of 2048 rows or more: each product over pairs of blocks, the
+   * logits' statistics epilogue included (one chunk, then two) */
+  for (int v = 0; v < 2; v++) {
+    xt_lin_case q = xt_lin_default(v ? XENT_FLOAT16 : XENT_BFLOAT16, 4200, 128, 1000 + 29 * v);
+    q.chunk_rows = v ? 2100 : 4200;
+    q.want_acc = q.want_pred = 0;
+    q.alpha = 0.0; /* no smoothing: the statistics epilogue folds (max, sum) only */
+    q.bias = v;
+    q.backward = v;
+    /* a sum: with a mean over 4200 rows fp16's G would sit a few units of
+     * 2^-24 above zero, and a column of them rounds alike (NOTES v43) */
+    if (v) q.red = XENT_REDUCTION_SUM;
+    errs += run_case(q, 1, &rng, "own products over pairs of blocks");
+    if (hopper)
+      assert_non_null(strstr(xent_experimental_last_product(),
+                             v ? "A-M B-N add tma pairs" : "xent logits with statistics pairs"));
+  }
   /* products = 3: xent's products, the chunk's own statistics pass */
   e.products = 3;
   assert_int_equal(xent_experimental_set(&e), XENT_OK);
