@@ -9,7 +9,8 @@ keeps it):
   dX      dX = G W         (c, H, V)
   dW      dW += G^T X_c    (V, H, c), D read and written (beta 1)
 at c = the default chunk and c = BT. Engines: xent (its tile rule, register epilogue),
-xent_n128 / xent_n256 (a tile's columns forced), xent_tma (the TMA epilogue), xent_c2 (pairs
+xent_n128 / xent_n256 (a tile's columns forced), xent_tma (the TMA epilogue), xent_lc (dW only:
+D's old tile read into shared memory while the product runs, the sum stored whole), xent_c2 (pairs
 of blocks sharing B by multicast, TMA epilogue), xent_pp (the consumers on alternate 64-row
 tiles, one writing while the other multiplies; TMA epilogue), xent_pp_c2 (the two together: the
 tile cuBLASLt runs dW's chunk product with), cublaslt (its heuristic), cublaslt_loss (as the
@@ -50,8 +51,8 @@ class Gemm(ctypes.Structure):
     ]
 
 
-ENGINES = ["xent", "xent_n128", "xent_n256", "xent_tma", "xent_pp", "xent_c2", "xent_pp_c2",
-           "cublaslt", "cublaslt_loss", "torch"]
+ENGINES = ["xent", "xent_n128", "xent_n256", "xent_tma", "xent_lc", "xent_pp", "xent_c2",
+           "xent_pp_c2", "cublaslt", "cublaslt_loss", "torch"]
 PRODUCTS = ["logits", "dX", "dW"]
 
 
@@ -120,6 +121,7 @@ def main(argv=None):
         if e in ("cublaslt", "cublaslt_loss"):
             return (1 if e == "cublaslt" else 2), 0, 0, 0, 0
         return (0, {"xent_n128": 128, "xent_n256": 256}.get(e, 0),
+                2 if e == "xent_lc" else
                 1 if e in ("xent_tma", "xent_c2", "xent_pp", "xent_pp_c2") else 0,
                 2 if e in ("xent_c2", "xent_pp_c2") else 0, 1 if e in ("xent_pp", "xent_pp_c2") else 0)
 

@@ -79,7 +79,10 @@ typedef struct xent_experimental {
                         and reads the logits once; 3 is 2 without that (the chunk's own
                         statistics pass, for comparisons). 4 and 5 are 2 and 3 with the
                         GEMM's consumers on alternate tiles (xent_experimental_gemm,
-                        pingpong); XENT_PRODUCTS "xent_pingpong" is 4                      */
+                        pingpong); XENT_PRODUCTS "xent_pingpong" is 4. 6 is 2 with dW's
+                        product reading a 16-bit gradient's old tile ahead where it runs
+                        on single blocks (xent_experimental_gemm, tma_epilogue 2; one
+                        rounding a chunk); XENT_PRODUCTS "xent_lc"                       */
 } xent_experimental;
 
 #define XENT_EXPERIMENTAL_INIT {{XENT_EXPERIMENTAL_TABLE, 0, 0, 0, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0}
@@ -156,11 +159,15 @@ typedef struct xent_experimental_gemm {
   const void *bias;       /* n values of d_dtype added to every row, or NULL        */
   int accumulate;         /* 1: D is read and added to                              */
   int tile_n;             /* xent: the tile's columns, 128 or 256; 0: the rule      */
-  int tma_epilogue;       /* xent: D written through TMA boxes, and when
-                             accumulating added in L2 in D's type (a 16-bit D is
+  int tma_epilogue;       /* xent: 1 writes D through TMA boxes, and when
+                             accumulating adds in L2 in D's type (a 16-bit D is
                              then rounded twice: the product's part, the sum);
-                             where n values of D are not a multiple of 16 bytes,
-                             D goes through registers all the same                 */
+                             2, accumulating into a 16-bit D in the weight
+                             gradient's layout (a_m_major, b_n_major) on single
+                             blocks: D's old tile is read into shared memory while
+                             the product runs and the sum stored whole (one
+                             rounding). Where n values of D are not a multiple of
+                             16 bytes, D goes through registers all the same        */
   int cluster_m;          /* xent: 2 runs pairs of blocks on vertically adjacent tiles
                              that share B's loads (TMA multicast; either tile width);
                              0 or 1: none                                           */

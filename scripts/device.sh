@@ -508,7 +508,7 @@ if has gemmncu && in_time gemmncu; then
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section Occupancy python3 bench/gemm.py --iters 1 --warmup 0 \
     --only "${XENT_NCU_PRODUCTS:-dW@chunk,logits@chunk}" \
-    --engines "${XENT_NCU_ENGINES:-xent_tma,xent_pp_c2,cublaslt_loss}" \
+    --engines "${XENT_NCU_ENGINES:-xent_tma,xent_lc,cublaslt_loss}" \
     >"$OUT/gemmncu.log" 2>&1
   note gemmncu "rc=$? $(grep -c 'Duration' "$OUT/gemmncu.log") kernels"
   grep -E '^  [a-z_]+.*\(|Duration|Compute \(SM\) Throughput|L2 Cache Throughput|DRAM Throughput|Issued Ipc|Warp Cycles Per Issued|No Eligible' \

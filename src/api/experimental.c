@@ -98,8 +98,8 @@ xent_status xent_experimental_set(const xent_experimental *settings) {
     return xent_fail(XENT_ERROR_BAD_ARGUMENT,
                      "plan_arch is %d; it must be 0 or a compute capability from 75 to 129",
                      settings->plan_arch);
-  if (!in_range(settings->products, 0, 5))
-    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "products is %d; it must be 0 to 5",
+  if (!in_range(settings->products, 0, 6))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "products is %d; it must be 0 to 6",
                      settings->products);
   current = *settings;
   return XENT_OK;
@@ -137,10 +137,12 @@ xent_status xent_experimental_gemm_run(const xent_experimental_gemm *g) {
   if (g->d_dtype != g->dtype && g->d_dtype != XENT_FLOAT32)
     return xent_fail(XENT_ERROR_BAD_ENUM, "d_dtype %d: D is A's type or fp32", (int)g->d_dtype);
   if (!in_range(g->a_m_major, 0, 1) || !in_range(g->b_n_major, 0, 1) ||
-      !in_range(g->accumulate, 0, 1) || !in_range(g->tma_epilogue, 0, 1) ||
-      !in_range(g->pingpong, 0, 1))
+      !in_range(g->accumulate, 0, 1) || !in_range(g->pingpong, 0, 1))
     return xent_fail(XENT_ERROR_BAD_ARGUMENT,
-                     "a_m_major, b_n_major, accumulate, tma_epilogue and pingpong are 0 or 1");
+                     "a_m_major, b_n_major, accumulate and pingpong are 0 or 1");
+  if (!in_range(g->tma_epilogue, 0, 2))
+    return xent_fail(XENT_ERROR_BAD_ARGUMENT, "tma_epilogue is %d; it must be 0, 1 or 2",
+                     g->tma_epilogue);
   if (g->tile_n != 0 && g->tile_n != 128 && g->tile_n != 256)
     return xent_fail(XENT_ERROR_BAD_ARGUMENT, "tile_n is %d; it must be 0, 128 or 256", g->tile_n);
   if (!in_range(g->cluster_m, 0, 2))

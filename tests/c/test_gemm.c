@@ -102,15 +102,17 @@ static void test_gemm_args(void **state) {
   assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ARGUMENT);
   x = g; x.cluster_m = 3;
   assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ARGUMENT);
+  x = g; x.tma_epilogue = 3;
+  assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ARGUMENT);
   x = g; x.pingpong = 2;
   assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ARGUMENT);
   static float st[8];
   x = g; x.stats = st; /* without tile_n: the layout has no tile */
   assert_int_equal(xent_experimental_gemm_run(&x), XENT_ERROR_BAD_ARGUMENT);
   for (size_t i = 0; i < 64; i++) assert_int_equal(d[i], 0x5A5A); /* D untouched */
-  /* the fused linear loss's choice of engine (xent_experimental.products): 0 to 5 */
+  /* the fused linear loss's choice of engine (xent_experimental.products): 0 to 6 */
   xent_experimental e = XENT_EXPERIMENTAL_INIT;
-  e.products = 6;
+  e.products = 7;
   assert_int_equal(xent_experimental_set(&e), XENT_ERROR_BAD_ARGUMENT);
   assert_int_equal(xent_experimental_get().products, 0);
   e.products = 2;
@@ -234,7 +236,7 @@ static xent_status run_case(const gcase *c, int engine, xt_rng *rng, double *wor
                        : c->ddt == XENT_BFLOAT16 ? 0x1p-133
                                                  : 0x1p-149;
     const int twice = c->accumulate && c->ddt != XENT_FLOAT32 &&
-                      (c->tma || engine != XENT_EXPERIMENTAL_GEMM_XENT);
+                      (c->tma == 1 || engine != XENT_EXPERIMENTAL_GEMM_XENT);
     /* cuBLASLt accumulating into a 16-bit D: errors past two roundings and the
      * sum's (k + 2) 2^-22 of the magnitudes seen (H100, 2026-12-06: 1.5 ulps of
      * D; then 1.08x the whole bound at 300 x 1000 x 72, a sum cancelling to
@@ -430,6 +432,58 @@ static void test_cuda_gemm_xent_pingpong_clusters(void **state) {
   cuda_products(XENT_EXPERIMENTAL_GEMM_XENT, 2, 1, "test_cuda_gemm_xent_pingpong_clusters");
 }
 
+/* D loaded ahead (tma_epilogue 2), the weight gradient's layout: accumulating
+ * or writing fresh, both tile widths and the rule's, rows of D on 16 bytes
+ * (the TMA path) and not (registers), one rounding allowed; more tiles than
+ * blocks, so that the barriers of D's rows go through their phases. Refused
+ * for another layout, an fp32 D, pairs and pingpong. */
+static void test_cuda_gemm_xent_load_c(void **state) {
+  (void)state;
+  if (!have_gpu()) skip();
+  xt_rng rng = xt_rng_for("test_cuda_gemm_xent_load_c");
+  const int expected = xent_gemm_expected();
+  static const int64_t lc_shapes[][3] = {{300, 1000, 72}, {257, 520, 4100}, {64, 256, 64},
+                                         {4100, 2048, 300}, {2100, 2048, 64}, {1000, 512, 488},
+                                         {130, 264, 1},     {129, 8, 300},    {7, 129, 129}};
+  double worst = 0;
+  int ran = 0;
+  for (int s = 0; s < (int)(sizeof lc_shapes / sizeof lc_shapes[0]); s++) {
+    gcase c = {lc_shapes[s][0], lc_shapes[s][1], lc_shapes[s][2], MN,
+               s % 2 ? XENT_FLOAT16 : XENT_BFLOAT16, XENT_BFLOAT16, s == 2, s != 5,
+               (int[]){128, 256, 0}[s % 3], 2, 0, 0, 0};
+    c.ddt = c.dt;
+    const xent_status st = run_case(&c, XENT_EXPERIMENTAL_GEMM_XENT, &rng, &worst);
+    if (expected) {
+      if (st != XENT_OK)
+        fail_msg("load_c m=%lld n=%lld k=%lld: %s", (long long)c.m, (long long)c.n,
+                 (long long)c.k, xent_last_error());
+      ran++;
+    } else {
+      assert_int_equal(st, XENT_ERROR_UNSUPPORTED);
+    }
+  }
+  if (expected) {
+    gcase c = {64, 64, 64, KK, XENT_BFLOAT16, XENT_BFLOAT16, 0, 1, 0, 2, 0, 0, 0};
+    assert_int_equal(run_case(&c, XENT_EXPERIMENTAL_GEMM_XENT, &rng, &worst),
+                     XENT_ERROR_UNSUPPORTED);
+    assert_non_null(strstr(xent_last_error(), "loaded ahead"));
+    c.layout = MN;
+    c.ddt = XENT_FLOAT32;
+    assert_int_equal(run_case(&c, XENT_EXPERIMENTAL_GEMM_XENT, &rng, &worst),
+                     XENT_ERROR_UNSUPPORTED);
+    c.ddt = XENT_BFLOAT16;
+    c.cluster = 2;
+    assert_int_equal(run_case(&c, XENT_EXPERIMENTAL_GEMM_XENT, &rng, &worst),
+                     XENT_ERROR_UNSUPPORTED);
+    c.cluster = 0;
+    c.pingpong = 1;
+    assert_int_equal(run_case(&c, XENT_EXPERIMENTAL_GEMM_XENT, &rng, &worst),
+                     XENT_ERROR_UNSUPPORTED);
+  }
+  print_message("test_cuda_gemm_xent_load_c: %d products checked, worst error %.2f of its bound\n",
+                ran, worst);
+}
+
 /* cuBLASLt as the fused linear loss runs it: dW's chunk products (bf16, k up
  * to 640) in lt.cu's measured configuration rather than the heuristic's */
 static void test_cuda_gemm_cublaslt_loss(void **state) {
@@ -478,6 +532,7 @@ static void test_cuda_gemm_refusals(void **state) {
 static void test_cuda_gemm_xent(void **state) { (void)state; skip(); }
 static void test_cuda_gemm_xent_clusters(void **state) { (void)state; skip(); }
 static void test_cuda_gemm_xent_pingpong_clusters(void **state) { (void)state; skip(); }
+static void test_cuda_gemm_xent_load_c(void **state) { (void)state; skip(); }
 static void test_cuda_gemm_xent_pingpong(void **state) { (void)state; skip(); }
 static void test_cuda_gemm_cublaslt_loss(void **state) { (void)state; skip(); }
 static void test_cuda_gemm_cublaslt(void **state) { (void)state; skip(); }
@@ -495,6 +550,7 @@ int main(void) {
       /* last: a hang of the pairs leaves the rest reported */
       cmocka_unit_test(test_cuda_gemm_xent_clusters),
       cmocka_unit_test(test_cuda_gemm_xent_pingpong_clusters),
+      cmocka_unit_test(test_cuda_gemm_xent_load_c),
   };
   /* XENT_TEST_ONLY=pattern (cmocka's wildcards): the sanitizer's runs */
   const char *only = getenv("XENT_TEST_ONLY");

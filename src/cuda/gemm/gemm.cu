@@ -78,11 +78,12 @@ xent_status resident_clusters(K kern, int CM, int smem, int dev, int (&known)[32
  * the grid and what sized it. */
 thread_local char t_launch[160];
 
-template <typename T, typename TD, int BN, bool AMN, bool BMN, bool EPI, int CM, bool PP>
+template <typename T, typename TD, int BN, bool AMN, bool BMN, bool EPI, int CM, bool PP,
+          bool LC = false>
 xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stream, int group_m) {
   using namespace gemm;
-  constexpr int smem = sm90_smem<BN, EPI, PP>(), BM = sm90_bm<PP>();
-  auto kern = sm90_gemm_kernel<T, TD, BN, AMN, BMN, EPI, CM, PP>;
+  constexpr int smem = sm90_smem<BN, EPI, PP, LC>(), BM = sm90_bm<PP>();
+  auto kern = sm90_gemm_kernel<T, TD, BN, AMN, BMN, EPI, CM, PP, LC>;
   /* once per device and kernel: more shared memory than the default 48 KiB,
    * and (clusters) how many clusters the device holds */
   static unsigned set_on = 0; /* a bit per device (xent serves devices 0-31 here) */
@@ -129,12 +130,19 @@ xent_status launch(const gemm_product &p, const dev_props &dp, cudaStream_t stre
            "xent m=%lld n=%lld k=%lld: %u blocks (clusters of %d, %d resident), tile %d x %d%s%s, "
            "%lld steps",
            (long long)p.m, (long long)p.n, (long long)p.k, clusters * CM, CM, resident, BM, BN,
-           EPI ? ", TMA epilogue" : "", PP ? ", pingpong" : "", (long long)steps);
+           LC ? ", TMA epilogue, D loaded ahead" : EPI ? ", TMA epilogue" : "",
+           PP ? ", pingpong" : "", (long long)steps);
   return XENT_OK;
 }
 
 template <typename T, typename TD, bool AMN, bool BMN, int CM, bool PP>
 xent_status by_epilogue(const gemm_product &p, const dev_props &dp, cudaStream_t s, int bn, int gm) {
+  /* D loaded ahead: built for the weight gradient's layout alone (the refusal
+   * keeps every other product away) */
+  if constexpr (AMN && BMN && CM == 1 && !PP && sizeof(TD) == 2)
+    if (p.tma_epilogue && p.load_c)
+      return bn == 256 ? launch<T, TD, 256, AMN, BMN, true, CM, PP, true>(p, dp, s, gm)
+                       : launch<T, TD, 128, AMN, BMN, true, CM, PP, true>(p, dp, s, gm);
   if (p.tma_epilogue)
     return bn == 256 ? launch<T, TD, 256, AMN, BMN, true, CM, PP>(p, dp, s, gm)
                      : launch<T, TD, 128, AMN, BMN, true, CM, PP>(p, dp, s, gm);
@@ -178,6 +186,10 @@ const char *gemm_sm90_refusal(const gemm_product &p, const dev_props &dp) {
     return "xent's GEMM writes D in the operands' type (fp32 only for an M-major A)";
   if (p.bn != 0 && p.bn != 128 && p.bn != 256) return "the tile's columns are 128 or 256";
   if (p.cluster_m < 0 || p.cluster_m > 2) return "clusters along M are of 1 or 2 blocks";
+  if (p.load_c && (!p.a_mn || !p.b_mn || p.d_type == XENT_FLOAT32 || p.cluster_m == 2 ||
+                   p.pingpong || !p.tma_epilogue))
+    return "D loaded ahead is built for the weight gradient's layout through the TMA epilogue: "
+           "a 16-bit D, single blocks, no pingpong";
   if (p.stats && (p.bn == 0 || p.accumulate || p.d_type != p.ab_type || ((uintptr_t)p.stats & 7)))
     return "the statistics epilogue needs the tile's columns, a fresh D of the operands' type "
            "and 8-byte aligned statistics";
@@ -197,7 +209,7 @@ bool gemm_from_lt(const lt_gemm &g, bool tma_epilogue, gemm_product *p) {
   /* column-major D (m x n) is row-major D^T (n x m): rows of op(B)^T times
    * rows of op(A) */
   *p = {g.n, g.m, g.k, g.b, g.ldb, g.trans_b, g.a, g.lda, !g.trans_a, g.a_type, g.d, g.ldd,
-        g.d_type, g.bias, g.beta == 1.0f, 0, 0, tma_epilogue, 0, nullptr, false};
+        g.d_type, g.bias, g.beta == 1.0f, 0, 0, tma_epilogue, 0, nullptr, false, false};
   return true;
 }
 
@@ -240,7 +252,8 @@ extern "C" xent_status xent_cuda_gemm(const xent_experimental_gemm *x) {
     const gemm_product p = {x->m, x->n, x->k, x->a, x->lda, x->a_m_major != 0, x->b, x->ldb,
                             x->b_n_major != 0, x->dtype, x->d, x->ldd, x->d_dtype, x->bias,
                             x->accumulate != 0, x->tile_n, 0, x->tma_epilogue != 0,
-                            x->cluster_m, x->stats, x->pingpong != 0};
+                            x->cluster_m, x->stats, x->pingpong != 0,
+                            x->tma_epilogue == 2};
     st = gemm_sm90(p, dp, stream);
     if (!st) lt_set_last(t_launch);
   } else if (!st && x->stats) {

@@ -43,7 +43,11 @@ struct gemm_product {
                         D as stored at stats[2 (i ceil(n / bn) + t)] and + 1 (bn given; a
                         16-bit D, no accumulate) */
   bool pingpong;     /* the consumers take alternate 64-row tiles, one writing while the
-                        other multiplies (sm90.cuh, PP); no clusters */
+                        other multiplies (sm90.cuh, PP) */
+  bool load_c;       /* accumulating through the TMA epilogue: D's old tile loaded into
+                        shared memory while the products run, the sum stored whole (one
+                        rounding; sm90.cuh, LC). The weight gradient's layout, a 16-bit
+                        D, single blocks, consumers on halves of a tile */
 };
 
 /* The product of `g` (cuBLAS's column-major terms, as lt_matmul takes it)

@@ -55,19 +55,28 @@ struct sm90_args {
   int64_t stats_ld;
 };
 
-template <int BN>
-__host__ __device__ constexpr int sm90_stages() { return BN == 256 ? 4 : 6; }
+/* LC keeps two consumers' halves of D's tile in shared memory beside the
+ * ring, which then holds one stage fewer. */
+template <int BN, bool LC = false>
+__host__ __device__ constexpr int sm90_stages() { return (BN == 256 ? 4 : 6) - (LC ? 1 : 0); }
 
 /* Rows of a consumer's tile: half of a 128-row tile, or (PP) a tile of its own. */
 template <bool PP>
 __host__ __device__ constexpr int sm90_bm() { return PP ? 64 : kBM; }
 
+/* The epilogue's shared memory: two boxes a consumer, or (LC) a consumer's
+ * 64 rows by BN columns of a 16-bit D (BN / 64 boxes, at least two). */
+template <int BN, bool TMA_EPI, bool LC>
+__host__ __device__ constexpr int sm90_epi_bytes() {
+  return LC ? 2 * (BN / 64 > 2 ? BN / 64 : 2) * kChunk : TMA_EPI ? 4 * kChunk : 0;
+}
+
 /* Shared memory a block needs (the ring, the epilogue's boxes, the
  * barriers, and room to align the ring to 1 KiB). */
-template <int BN, bool TMA_EPI, bool PP>
+template <int BN, bool TMA_EPI, bool PP, bool LC = false>
 __host__ __device__ constexpr int sm90_smem() {
-  return sm90_stages<BN>() * (sm90_bm<PP>() + BN) * kBK * 2 + (TMA_EPI ? 4 * kChunk : 0) +
-         (2 * sm90_stages<BN>() + 2) * 8 + 1024;
+  return sm90_stages<BN, LC>() * (sm90_bm<PP>() + BN) * kBK * 2 +
+         sm90_epi_bytes<BN, TMA_EPI, LC>() + (2 * sm90_stages<BN, LC>() + 6) * 8 + 1024;
 }
 
 template <typename T> struct wg_op;
@@ -190,20 +199,31 @@ __device__ __forceinline__ void release_stage(uint64_t *empty) {
  * shared B tile and multicasts it to both: B is read from L2 once per pair.
  * PP: the consumers take turns (above); in a pair, consumer c of both
  * blocks takes the same steps of the walk, so each stage is read by the
- * same consumer in both. */
-template <typename T, typename TD, int BN, bool AMN, bool BMN, bool TMA_EPI, int CM, bool PP>
+ * same consumer in both.
+ * LC ("load C"), for an accumulating 16-bit D through the TMA epilogue: the
+ * producer loads each consumer's 64 rows of D's old tile into shared memory
+ * while the tile's products run (once the ring is full), and the consumers
+ * add their sums to it there and store the tile whole: D is read ahead of
+ * its use instead of at the end by the L2's add, and rounded once. */
+template <typename T, typename TD, int BN, bool AMN, bool BMN, bool TMA_EPI, int CM, bool PP,
+          bool LC = false>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb,
                      const __grid_constant__ CUtensorMap md, sm90_args g) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(CM == 1 || CM == 2, "clusters of 1 or 2 blocks");
-  constexpr int STAGES = sm90_stages<BN>(), BM = sm90_bm<PP>();
+  static_assert(!LC || (TMA_EPI && CM == 1 && !PP && sizeof(TD) == 2),
+                "D loaded ahead: a 16-bit D through TMA, single blocks, consumers on halves");
+  constexpr int STAGES = sm90_stages<BN, LC>(), BM = sm90_bm<PP>();
   constexpr int A_BYTES = BM * kBK * 2, ST = A_BYTES + BN * kBK * 2;
+  constexpr int C_HALF = 64 * BN * 2; /* LC: a consumer's rows of D's tile */
   extern __shared__ unsigned char smem_raw[];
   unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-  unsigned char *boxes = smem + STAGES * ST;
-  uint64_t *full = (uint64_t *)(boxes + (TMA_EPI ? 4 * kChunk : 0)), *empty = full + STAGES;
+  unsigned char *boxes = smem + STAGES * ST; /* LC: consumer c's rows of D at c * C_HALF */
+  uint64_t *full = (uint64_t *)(boxes + sm90_epi_bytes<BN, TMA_EPI, LC>()), *empty = full + STAGES;
   uint64_t *turn = empty + STAGES; /* PP: consumer c's main loop of a tile is done */
+  uint64_t *cfull = turn + 2, *cfree = cfull + 2; /* LC: consumer c's rows of D in; free */
+  const bool load_c = LC && g.accumulate;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const int rank = CM == 1 ? 0 : (int)cluster_rank();
   if (threadIdx.x == 0) {
@@ -215,6 +235,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       bar_init(&turn[0], 4);
       bar_init(&turn[1], 4);
     }
+    if (LC)
+      for (int c = 0; c < 2; c++) {
+        bar_init(&cfull[c], 1);
+        bar_init(&cfree[c], 1);
+      }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   if constexpr (CM == 1)
@@ -228,8 +253,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) { /* the producer */
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (tid == 0) {
-      int it = 0;
-      for (int t = first; t < tiles; t += step) {
+      int it = 0, lt = 0; /* lt: this block's tiles so far */
+      for (int t = first; t < tiles; t += step, lt++) {
         int pm, pn;
         tile_of<CM>(t, tmc, tn, g.group_m, rank, &pm, &pn);
         for (int kb = 0; kb < nk; kb++, it++) {
@@ -257,6 +282,16 @@ __global__ void __launch_bounds__(kThreads, 1)
               tma_load_multicast(sb + rank * (BN / CM) * 128, &mb, kb * kBK,
                                  pn * BN + rank * (BN / CM), &full[s], both);
           }
+          /* LC: D's old tile once the ring is full (the wait for the previous
+           * tile's stores would otherwise hold back this tile's first stages) */
+          if (load_c && kb == (nk < STAGES ? nk : STAGES) - 1)
+            for (int c = 0; c < 2; c++) {
+              bar_wait(&cfree[c], (lt & 1) ^ 1);
+              bar_expect(&cfull[c], C_HALF);
+              for (int q = 0; q < BN / 64; q++)
+                tma_load(boxes + c * C_HALF + q * kChunk, &md, pn * BN + 64 * q,
+                         pm * kBM + c * 64, &cfull[c]);
+            }
         }
       }
     }
@@ -266,8 +301,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     float acc[BN / 2];
     /* PP: this consumer's tiles are the block's tiles c, c + 2, ... (local
      * index i), each after the other consumer's main loop of tile i - 1 */
-    int i = PP ? c : 0, it = i * nk;
-    for (int t = first + (PP ? c * step : 0); t < tiles; t += (PP ? 2 : 1) * step) {
+    int i = PP ? c : 0, it = i * nk, lt = 0;
+    for (int t = first + (PP ? c * step : 0); t < tiles; t += (PP ? 2 : 1) * step, lt++) {
       int pm, pn;
       tile_of<CM>(t, tmc, tn, g.group_m, rank, &pm, &pn);
       if (PP) {
@@ -307,7 +342,37 @@ __global__ void __launch_bounds__(kThreads, 1)
        * and + 8, columns 8 j + 2 (l % 4) and + 1 */
       const int rr = warp * 16 + lane / 4, row0 = PP ? pm * BM : pm * kBM + c * 64;
       if (g.stats) tile_stats<TD, BN>(acc, g, row0, pn, warp, lane);
-      if constexpr (TMA_EPI) {
+      if (load_c) {
+        /* LC: the sums added to D's old values where they wait in shared
+         * memory (in place, the boxes' swizzle), then the tile stored */
+        unsigned char *rows = boxes + c * C_HALF;
+        bar_wait(&cfull[c], lt & 1);
+  #pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+  #pragma unroll
+          for (int h = 0; h < 2; h++) {
+            const int r = rr + 8 * h, byte = (8 * (j % 8) + 2 * (lane % 4)) * 2;
+            unsigned char *at = rows + (j / 8) * kChunk + r * 128 +
+                                (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15);
+            const float2 o = load2((const TD *)at);
+            float v0 = acc[4 * j + 2 * h] + o.x, v1 = acc[4 * j + 2 * h + 1] + o.y;
+            if (g.bias) {
+              const int col = pn * BN + 8 * j + 2 * (lane % 4);
+              const TD *b = (const TD *)g.bias;
+              if (col < g.n) v0 += to_f(b[col]);
+              if (col + 1 < g.n) v1 += to_f(b[col + 1]);
+            }
+            store2((TD *)at, v0, v1);
+          }
+        fence_async_smem();
+        warpgroup_sync(1 + c);
+        if (tid == 0) {
+          for (int q = 0; q < BN / 64; q++)
+            tma_store<false>(&md, pn * BN + 64 * q, row0, rows + q * kChunk);
+          tma_store_wait<0>(); /* read: the producer may load the next tile's rows */
+          bar_arrive(&cfree[c]);
+        }
+      } else if constexpr (TMA_EPI) {
         /* BC columns at a time (128 bytes of D's type: 64 16-bit values or 32
          * fp32) into a 64-row box swizzled as the TMA unit reads it (16-byte
          * chunk x of row r at chunk x ^ (r % 8)), sent by one thread; a box is
