@@ -18,7 +18,8 @@ Providers (each skipped, with a printed reason, when it is missing or cannot run
     all the logits in memory), xent_own (xent's own Hopper products, where they run),
     xent_own_nostats (the same without the logits' statistics epilogue), xent_own_pingpong
     and xent_own_pingpong_nostats (the same two with the GEMM's consumers on alternate tiles),
-    xent_own_all (xent_own with one chunk)
+    xent_own_all (xent_own with one chunk), xent_own_lc (xent_own with dW's product reading
+    the gradient's old tile ahead)
                     (on request) the same with schedule="rows" or "vocab" asked for
     liger_flce      the peer's LigerFusedLinearCrossEntropyLoss (Triton, chunked)
     liger_sm90      the peer's Hopper kernel (CuTe DSL GEMMs, all the logits; liger-kernel 0.8.5
@@ -84,7 +85,7 @@ PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "liger_sm90",
 # on request only: xent with its schedule fixed (xent.h, "schedule")
 EXTRA_PROVIDERS = ["xent_rows", "xent_vocab", "xent_fp32accum_rows", "xent_fp32accum_vocab",
                    "xent_all", "xent_own", "xent_own_nostats", "xent_own_pingpong",
-                   "xent_own_pingpong_nostats", "xent_own_all", "quack_512"]
+                   "xent_own_pingpong_nostats", "xent_own_all", "xent_own_lc", "quack_512"]
 # without dX these would time another step than the floor's
 FULL_STEP_ONLY = ["liger_flce", "liger_sm90", "quack", "quack_512", "cce", "cce_exact"]
 CHUNK_BUDGETS_MIB = [32, 64, 128, 256, 512, 1024, 2048]
@@ -188,12 +189,13 @@ def make_providers(torch, names: List[str]):
                 out[n] = (None, xt_reason)
                 continue
             own = {"xent_own": 2, "xent_own_nostats": 3, "xent_own_pingpong": 4,
-                   "xent_own_pingpong_nostats": 5, "xent_own_all": 2}
+                   "xent_own_pingpong_nostats": 5, "xent_own_all": 2, "xent_own_lc": 6}
             if n in own:
                 # xent's own Hopper products (xent_experimental.h, products): 2 with the
                 # logits' statistics epilogue, 3 without it (the chunk's own statistics pass),
                 # 4 and 5 the same with the consumers on alternate tiles; xent_own_all: 2
-                # with one chunk (all the logits in memory)
+                # with one chunk (all the logits in memory); xent_own_lc: 6, dW's product
+                # reading the gradient's old tile ahead
                 mode = own[n]
                 out[n] = ((lambda x, w, y, mode=mode, all_=n == "xent_own_all": with_products(
                     mode, lambda: xt.FusedLinearCrossEntropyLoss(

@@ -4,7 +4,7 @@
 argv[2] picks the step: xent (default settings), xent_all (one chunk: all the logits in
 memory), xent_all_unchecked (the same without the targets' check), xent_1g (memory_budget
 1 GiB) or torch_compile (torch.compile of matmul and an fp32 cross_entropy).
-XENT_PRODUCTS (cublaslt, xent, xent_pingpong) picks the products' engine of
+XENT_PRODUCTS (cublaslt, xent, xent_pingpong, xent_lc) picks the products' engine of
 xent's steps; the library reads it once a process, so run one process per engine. Printed:
 ms per step by kernel, the GPU's idle time inside the profiled steps, the host's CUDA calls,
 and the step's time in a loop and alone (from an idle GPU, as bench/linear.py times it).

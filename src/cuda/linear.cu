@@ -52,15 +52,16 @@ namespace xent {
 
 namespace {
 
-/* XENT_PRODUCTS ("cublaslt", "xent" or "xent_pingpong"): the products'
- * engine for calls whose settings leave it to the library, read once (0 when
- * unset). */
+/* XENT_PRODUCTS ("cublaslt", "xent", "xent_pingpong" or "xent_lc"): the
+ * products' engine for calls whose settings leave it to the library, read
+ * once (0 when unset). */
 int env_products() {
   static const int v = [] {
     const char *s = getenv("XENT_PRODUCTS");
     return !s                           ? 0
            : !strcmp(s, "xent")          ? 2
            : !strcmp(s, "xent_pingpong") ? 4
+           : !strcmp(s, "xent_lc")       ? 6
            : !strcmp(s, "cublaslt")      ? 1
                                          : 0;
   }();
@@ -90,14 +91,18 @@ xent_status product(const xent_linear_call *lc, const dev_props &dp, const lt_ge
   const int mode = products_mode(lc);
   gemm_product p;
   if (mode >= 2 && gemm_from_lt(g, true, &p) && !gemm_sm90_refusal(p, dp)) {
-    p.pingpong = mode >= 4;
+    p.pingpong = mode == 4 || mode == 5;
     p.cluster_m = pairs_for(p);
+    /* 6: dW's product (M-major A) adding into a 16-bit gradient reads its old
+     * tile ahead (single blocks only) */
+    p.load_c = mode == 6 && p.a_mn && p.accumulate && p.d_type != XENT_FLOAT32 &&
+               p.cluster_m != 2;
     const xent_status st = gemm_sm90(p, dp, stream);
     char what[160];
     snprintf(what, sizeof what, "xent m=%lld n=%lld k=%lld%s%s%s tma%s%s", (long long)p.m,
              (long long)p.n, (long long)p.k, p.a_mn ? " A-M" : "", p.b_mn ? " B-N" : "",
              p.accumulate ? " add" : "", p.pingpong ? " pingpong" : "",
-             p.cluster_m == 2 ? " pairs" : "");
+             p.cluster_m == 2 ? " pairs" : p.load_c ? " loaded ahead" : "");
     if (!st) lt_set_last(what);
     return st;
   }
@@ -109,15 +114,15 @@ constexpr int kStatsTile = 256;
 
 /* The logits' product with the statistics epilogue, `tiles` pairs a row (in
  * cuBLASLt's workspace, which xent's products leave unused), or false where
- * it does not run: the products are not xent's with it (products 2 or 4; 3
- * and 5 are the same products without it), the call folds more than (max, sum)
+ * it does not run: the products are not xent's with it (products 2, 4 or 6;
+ * 3 and 5 are 2 and 4 without it), the call folds more than (max, sum)
  * (smoothing, softcap, an arg-max), the chunk's pairs do not fit the
  * workspace, or the GEMM refuses the product. */
 bool logits_with_stats(const xent_linear_call *lc, const dev_props &dp, const lt_gemm &g1,
                        int64_t tiles, void *ws, size_t ws_bytes, gemm_product *out) {
   const xent_options &o = lc->opt;
   const int mode = products_mode(lc);
-  if ((mode != 2 && mode != 4) || o.label_smoothing != 0.0f || o.softcap != 0.0f ||
+  if ((mode != 2 && mode != 4 && mode != 6) || o.label_smoothing != 0.0f || o.softcap != 0.0f ||
       lc->out.predicted || lc->out.token_accuracy)
     return false;
   if ((size_t)(lc->plan.chunk * tiles) * 8 > ws_bytes || !gemm_from_lt(g1, true, out))

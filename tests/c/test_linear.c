@@ -1166,6 +1166,20 @@ static void test_cuda_linear_own_products(void **state) {
                              mode == 4 ? "statistics pingpong" : "pingpong"));
     errs += gradient_sweep(1, &rng, XENT_SCHEDULE_AUTO);
   }
+  /* products = 6: dW's product reads the 16-bit gradient's old tile ahead
+   * (chunks of fewer than 2048 rows: single blocks), one rounding a chunk */
+  e.products = 6;
+  assert_int_equal(xent_experimental_set(&e), XENT_OK);
+  for (int v = 0; v < 2; v++) {
+    xt_lin_case q = xt_lin_default(v ? XENT_FLOAT16 : XENT_BFLOAT16, 1100, 256, 4000 + 96 * v);
+    q.chunk_rows = 256;
+    q.want_acc = q.want_pred = 0;
+    q.bias = v;
+    errs += run_case(q, 1, &rng, "own products, dW's gradient loaded ahead");
+    if (hopper)
+      assert_non_null(strstr(xent_experimental_last_product(), "A-M B-N add tma loaded ahead"));
+  }
+  errs += gradient_sweep(1, &rng, XENT_SCHEDULE_AUTO) + accumulate_rounding(1);
   assert_int_equal(xent_experimental_set(NULL), XENT_OK);
   assert_int_equal(errs, 0);
 }
