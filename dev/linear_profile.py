@@ -3,7 +3,8 @@
 
 argv[2] picks the step: xent (default settings), xent_all (one chunk: all the logits in
 memory), xent_all_unchecked (the same without the targets' check), xent_1g (memory_budget
-1 GiB) or torch_compile (torch.compile of matmul and an fp32 cross_entropy).
+1 GiB), torch_compile (torch.compile of matmul and an fp32 cross_entropy) or liger_sm90 (the
+peer's Hopper kernel, its persistent CuTe DSL GEMMs).
 XENT_PRODUCTS (cublaslt, xent, xent_pingpong, xent_lc) picks the products' engine of
 xent's steps; the library reads it once a process, so run one process per engine. Printed:
 ms per step by kernel, the GPU's idle time inside the profiled steps, the host's CUDA calls,
@@ -36,10 +37,15 @@ elif WHAT == "xent_all_unchecked":  # no host wait for the targets' verdict
 elif WHAT == "xent_1g":
     loss_fn = lambda x, w, y: fused_linear_cross_entropy(  # noqa: E731
         x, w, y, memory_budget=1 << 30)
+elif WHAT == "liger_sm90":  # the peer's Hopper kernel (its wheels carried: device.sh)
+    from liger_kernel.ops.cutedsl.ops.fused_linear_cross_entropy_sm90 import (
+        liger_fused_linear_cross_entropy_sm90)
+    loss_fn = liger_fused_linear_cross_entropy_sm90
 elif WHAT == "xent":
     loss_fn = fused_linear_cross_entropy
 else:
-    sys.exit(f"unknown step {WHAT!r}: xent, xent_all, xent_1g or torch_compile")
+    sys.exit(f"unknown step {WHAT!r}: xent, xent_all, xent_all_unchecked, xent_1g, "
+             "torch_compile or liger_sm90")
 
 
 def step():

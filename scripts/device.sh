@@ -350,7 +350,8 @@ if has linear-sched && in_time linear-sched; then
 fi
 if has profile && in_time profile; then
   # dev/linear_profile.py: the step kernel by kernel, one process per "STEP[:PRODUCTS]" of
-  # XENT_PROFILE_STEPS (STEP: xent, xent_all, xent_1g, torch_compile) at XENT_PROFILE_SHAPE.
+  # XENT_PROFILE_STEPS (STEP: xent, xent_all, xent_all_unchecked, xent_1g, torch_compile,
+  # liger_sm90 with its wheels carried) at XENT_PROFILE_SHAPE.
   stamp "profile"
   for sp in ${XENT_PROFILE_STEPS:-xent_all torch_compile xent_1g xent xent:xent}; do
     step=${sp%%:*}
