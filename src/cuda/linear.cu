@@ -72,6 +72,9 @@ int products_mode(const xent_linear_call *lc) {
   return lc->exp.products ? lc->exp.products : env_products();
 }
 
+/* Products settings 4 and 5: the GEMM's consumers on alternate tiles. */
+bool mode_pingpong(int mode) { return mode == 4 || mode == 5; }
+
 /* Pairs of blocks sharing B (cluster_m 2) where the chunk has many rows, single
  * blocks where it has few. The chunk's rows are m for the logits and dX, k
  * for dW. On an H100 (bench/gemm.py, 2026-12-06, NOTES v43) pairs took 0.92
@@ -91,7 +94,7 @@ xent_status product(const xent_linear_call *lc, const dev_props &dp, const lt_ge
   const int mode = products_mode(lc);
   gemm_product p;
   if (mode >= 2 && gemm_from_lt(g, true, &p) && !gemm_sm90_refusal(p, dp)) {
-    p.pingpong = mode == 4 || mode == 5;
+    p.pingpong = mode_pingpong(mode);
     p.cluster_m = pairs_for(p);
     /* 6: dW's product (M-major A) adding into a 16-bit gradient reads its old
      * tile ahead (single blocks only) */
@@ -129,7 +132,7 @@ bool logits_with_stats(const xent_linear_call *lc, const dev_props &dp, const lt
     return false;
   out->bn = kStatsTile;
   out->stats = (float *)ws;
-  out->pingpong = mode == 4;
+  out->pingpong = mode_pingpong(mode);
   out->cluster_m = pairs_for(*out);
   return gemm_sm90_refusal(*out, dp) == nullptr;
 }
