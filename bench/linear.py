@@ -85,7 +85,8 @@ PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "liger_sm90",
 # on request only: xent with its schedule fixed (xent.h, "schedule")
 EXTRA_PROVIDERS = ["xent_rows", "xent_vocab", "xent_fp32accum_rows", "xent_fp32accum_vocab",
                    "xent_all", "xent_own", "xent_own_nostats", "xent_own_pingpong",
-                   "xent_own_pingpong_nostats", "xent_own_all", "xent_own_lc", "quack_512"]
+                   "xent_own_pingpong_nostats", "xent_own_all", "xent_own_lc", "xent_1g",
+                   "xent_own_1g", "quack_512"]
 # without dX these would time another step than the floor's
 FULL_STEP_ONLY = ["liger_flce", "liger_sm90", "quack", "quack_512", "cce", "cce_exact"]
 CHUNK_BUDGETS_MIB = [32, 64, 128, 256, 512, 1024, 2048]
@@ -189,17 +190,24 @@ def make_providers(torch, names: List[str]):
                 out[n] = (None, xt_reason)
                 continue
             own = {"xent_own": 2, "xent_own_nostats": 3, "xent_own_pingpong": 4,
-                   "xent_own_pingpong_nostats": 5, "xent_own_all": 2, "xent_own_lc": 6}
+                   "xent_own_pingpong_nostats": 5, "xent_own_all": 2, "xent_own_lc": 6,
+                   "xent_own_1g": 2}
             if n in own:
                 # xent's own Hopper products (xent_experimental.h, products): 2 with the
                 # logits' statistics epilogue, 3 without it (the chunk's own statistics pass),
                 # 4 and 5 the same with the consumers on alternate tiles; xent_own_all: 2
                 # with one chunk (all the logits in memory); xent_own_lc: 6, dW's product
-                # reading the gradient's old tile ahead
+                # reading the gradient's old tile ahead; xent_own_1g: 2 at a 1 GiB budget
                 mode = own[n]
-                out[n] = ((lambda x, w, y, mode=mode, all_=n == "xent_own_all": with_products(
+                out[n] = ((lambda x, w, y, mode=mode, all_=n == "xent_own_all",
+                           budget=(1 << 30) if n == "xent_own_1g" else 0: with_products(
                     mode, lambda: xt.FusedLinearCrossEntropyLoss(
-                        chunk_rows=x.shape[0] if all_ else 0)(w, x, y))), None)
+                        chunk_rows=x.shape[0] if all_ else 0, memory_budget=budget)(w, x, y))),
+                          None)
+                continue
+            if n == "xent_1g":  # memory_budget 1 GiB (issue 54's second row)
+                out[n] = ((lambda x, w, y: xt.FusedLinearCrossEntropyLoss(
+                    memory_budget=1 << 30)(w, x, y)), None)
                 continue
             if n == "xent_all":  # one chunk: all the logits in memory, as torch.compile's
                 out[n] = ((lambda x, w, y: xt.FusedLinearCrossEntropyLoss(
