@@ -506,6 +506,7 @@ def main(argv=None) -> int:
         # card's clock drifts with its power and heat over a run, and rounds spread
         # that drift over all of them alike.
         runs = {}
+        plans = {}
         inputs = None
         for n in args.provider_names:
             fn, why = provs[n]
@@ -523,6 +524,9 @@ def main(argv=None) -> int:
                     mem = bench.extra_memory(fn, *inputs)
                     bench.time_step(fn, *inputs, n=args.warmup)
                     runs[n] = ((lambda k, fn=fn: bench.time_step(fn, *inputs, n=k)), mem)
+                    if n.startswith("xent"):  # the plan it took (auto's choice, the chunks)
+                        import xent._lib as xl
+                        plans[n] = xl.last_linear()
             except Exception as e:
                 msg = f"{type(e).__name__}: {e}".replace("\n", " ")[:200]
                 print(f"  {n:<16}skipped: {msg}")
@@ -556,7 +560,8 @@ def main(argv=None) -> int:
                 emit(n, "memory", "MB", x_name, bt, h, v, (mem, mem, mem))
             table.append((bt, h, v, n, q[0], ratio, mem))
             print(f"  {n:<16}{q[0]:>10.3f}  ({q[1]:>8.3f} / {q[2]:>8.3f}){ratio:>8.3f}"
-                  f"{tf:>9.1f}{'' if mem is None else f'{mem:>11.0f}'}")
+                  f"{tf:>9.1f}{'' if mem is None else f'{mem:>11.0f}'}"
+                  f"{'  ' + plans[n] if n in plans else ''}")
             sys.stdout.flush()
         del runs, inputs
         torch.cuda.empty_cache()
