@@ -86,7 +86,7 @@ PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "liger_sm90",
 EXTRA_PROVIDERS = ["xent_rows", "xent_vocab", "xent_fp32accum_rows", "xent_fp32accum_vocab",
                    "xent_all", "xent_own", "xent_own_nostats", "xent_own_pingpong",
                    "xent_own_pingpong_nostats", "xent_own_all", "xent_own_lc", "xent_1g",
-                   "xent_own_1g", "quack_512"]
+                   "xent_own_1g", "xent_vocab_blockrows", "quack_512"]
 # without dX these would time another step than the floor's
 FULL_STEP_ONLY = ["liger_flce", "liger_sm90", "quack", "quack_512", "cce", "cce_exact"]
 CHUNK_BUDGETS_MIB = [32, 64, 128, 256, 512, 1024, 2048]
@@ -150,9 +150,10 @@ def quantiles(s: List[float]) -> Tuple[float, float, float]:
 EXPERIMENTAL_INTS, EXPERIMENTAL_PRODUCTS = 14, 13
 
 
-def with_products(mode: int, call):
-    """call() with xent_experimental.products = mode on this thread (the fused linear
-    loss computes its gradients in the forward, on the calling thread)."""
+def with_products(mode: int, call, path: int = 0):
+    """call() with xent_experimental.products = mode (and forward.path = path) on this
+    thread (the fused linear loss computes its gradients in the forward, on the calling
+    thread)."""
     import ctypes
     from xent import _lib
 
@@ -162,9 +163,10 @@ def with_products(mode: int, call):
     lib = _lib.lib()
     e = Experimental()
     setattr(e, f"f{EXPERIMENTAL_PRODUCTS}", mode)
+    e.f0 = path  # forward.path
     lib.xent_experimental_set.argtypes = [ctypes.c_void_p]
     if lib.xent_experimental_set(ctypes.byref(e)) != 0:
-        raise RuntimeError("xent_experimental_set refused products=%d" % mode)
+        raise RuntimeError("xent_experimental_set refused products=%d path=%d" % (mode, path))
     try:
         return call()
     finally:
@@ -203,6 +205,11 @@ def make_providers(torch, names: List[str]):
                            budget=(1 << 30) if n == "xent_own_1g" else 0: with_products(
                     mode, lambda: xt.FusedLinearCrossEntropyLoss(
                         chunk_rows=x.shape[0] if all_ else 0, memory_budget=budget)(w, x, y))),
+                          None)
+                continue
+            if n == "xent_vocab_blockrows":  # the vocab schedule's passes a block per row
+                fn = xt.FusedLinearCrossEntropyLoss(schedule="vocab")
+                out[n] = ((lambda x, w, y, fn=fn: with_products(0, lambda: fn(w, x, y), 1)),
                           None)
                 continue
             if n == "xent_1g":  # memory_budget 1 GiB (issue 54's second row)

@@ -16,9 +16,13 @@ time to make one call (a narrow shard's pass is a few tens of microseconds, as l
 call's host side: with one call between events, the GPU waited on the host; 2026-12-06, H100).
 A forward after the first of a group reads the gradient the one before wrote: other values,
 the same work.
+Each P's passes run twice in one process: with the launch table's kernels ("table": a warp
+per row for plain calls like these) and with a block per row forced ("block", the
+experimental forward path TWO_READ), side by side.
 """
 
 import argparse
+import ctypes
 import os
 import sys
 import time
@@ -29,6 +33,22 @@ sys.path.insert(0, HERE)
 import source_tree  # noqa: E402
 
 source_tree.use_xent()
+
+# xent_experimental (include/xent_experimental.h) as ints: forward.path is the first
+EXPERIMENTAL_INTS = 14
+PATHS = (("table", 0), ("block", 1))  # XENT_EXPERIMENTAL_TABLE, XENT_EXPERIMENTAL_TWO_READ
+
+
+def set_path(lib, path: int) -> None:
+    """This thread's later calls with the experimental forward path `path` (0: defaults)."""
+    class Experimental(ctypes.Structure):
+        _fields_ = [(f"f{i}", ctypes.c_int) for i in range(EXPERIMENTAL_INTS)]
+
+    e = Experimental()
+    e.f0 = path
+    lib.xent_experimental_set.argtypes = [ctypes.c_void_p]
+    if lib.xent_experimental_set(ctypes.byref(e) if path else None) != 0:
+        raise RuntimeError(f"xent_experimental_set refused path {path}")
 
 
 def main(argv=None):
@@ -49,7 +69,7 @@ def main(argv=None):
         return 0
     print(f"vp.py  {time.strftime('%Y-%m-%d %H:%M:%S')}  {torch.cuda.get_device_name()}  "
           f"BT={args.bt} V={args.vocab} bf16, median of {args.iters}")
-    print(f"{'P':>3}{'columns':>9}{'stats ms':>10}{'forward ms':>12}{'shard total':>13}"
+    print(f"{'P':>3}{'kernels':>8}{'columns':>9}{'stats ms':>10}{'forward ms':>12}{'shard total':>13}"
           f"{'single-GPU ms':>15}{'ratio':>7}{'bytes/row/rank':>16}{'stats of copy':>15}"
           f"{'fwd of copy':>13}")
     bt, v = args.bt, args.vocab
@@ -94,8 +114,6 @@ def main(argv=None):
         restore = lambda: x.copy_(x0)  # noqa: E731
         stats()
         gathered.copy_(rec.unsqueeze(0).expand(p, -1, -1))  # the others' records, made up
-        ts = timed(stats, restore)
-        tf = timed(forward, restore)
         # a copy of the shard (one read and one write of its bytes): what the forward moves,
         # twice what the stats read
         tc = timed(lambda: x.copy_(x0), lambda: None)
@@ -103,8 +121,15 @@ def main(argv=None):
         inp1 = _lib.XentInput(x.data_ptr(), _lib.XENT_BFLOAT16, bt, w, 0, tl.data_ptr(),
                               _lib.XENT_INT64, None)
         single = timed(lambda: _lib.forward(inp1, opt, out, ex, True), restore)
-        print(f"{p:>3}{w:>9}{ts:>10.3f}{tf:>12.3f}{ts + tf:>13.3f}{single:>15.3f}"
-              f"{(ts + tf) / single:>7.2f}{R * 4:>16}{tc / 2 / ts:>15.2f}{tc / tf:>13.2f}")
+        for label, path in PATHS:
+            set_path(_lib.lib(), path)
+            try:
+                ts = timed(stats, restore)
+                tf = timed(forward, restore)
+            finally:
+                set_path(_lib.lib(), 0)
+            print(f"{p:>3}{label:>8}{w:>9}{ts:>10.3f}{tf:>12.3f}{ts + tf:>13.3f}{single:>15.3f}"
+                  f"{(ts + tf) / single:>7.2f}{R * 4:>16}{tc / 2 / ts:>15.2f}{tc / tf:>13.2f}")
         x0 = x = None
         torch.cuda.empty_cache()
     return 0

@@ -418,7 +418,8 @@ if has jax && in_time jax; then
 fi
 if has vp && in_time vp; then
   stamp "vp"
-  timeout 200 python3 bench/vp.py >"$OUT/vp.log" 2>&1
+  timeout 200 python3 bench/vp.py >"$OUT/vp.log" 2>&1 &&
+    timeout 100 python3 bench/vp.py --bt 4096 >>"$OUT/vp.log" 2>&1
   note vp "rc=$?"
   if [ -f build-before/libxent.so ]; then
     # the `before` build's shard passes, then this tree's again: side by side in one call

@@ -1,10 +1,10 @@
 /*
  * vp.cu - the CUDA vocabulary-parallel calls on the caller's stream:
- *   stats    (checked mode: the count kernel's verdict first) a block per
- *            row writes the row's record
+ *   stats    (checked mode: the count kernel's verdict first) a warp per
+ *            row (plain calls) or a block per row writes the row's record
  *   forward  the count kernel (N, W, the scales, the sum of all weights),
- *            a block per row (combine, outputs, the shard's gradient), and
- *            for mean and sum the finalize kernel
+ *            a warp or a block per row (combine, outputs, the shard's
+ *            gradient), and for mean and sum the finalize kernel
  * Checked mode waits for the verdict once the stats are queued, as the
  * single-GPU forward does. Deferred mode checks in the forward instead and
  * leaves the verdict in exec->verdict: its stats check nothing (a bad row's
@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/dtype.h"
+#include "common/error.h"
 #include "common/workspace.h"
 #include "cuda/cuda.h"
 #include "cuda/device.cuh"
@@ -43,16 +44,44 @@ void *stats_kernel(const fwd_params &p) {
                        : (void *)vp_stats_kernel<T, G, false, false>;
 }
 
+/* Whether a call takes the warp-per-row kernels (kernels/vp.cuh): the
+ * plain calls, and for the forward records that fit a warp's staging. The
+ * experimental forward path TWO_READ keeps the block per row; WARP_ROW
+ * insists on the warp's (XENT_ERROR_UNSUPPORTED where it cannot run). */
+xent_status warp_rows(bool stats, const vp_params &vp, const xent_experimental &exp,
+                      bool *warp) {
+  const fwd_params &p = vp.p;
+  const bool plain = !p.use_softcap && !p.weights &&
+                     (!stats || (!p.need_argmax && !p.k.smoothing)) &&
+                     (stats || vp.ranks * vp.record <= kVpWarpRecordFloats);
+  const xent_experimental_path path = exp.forward.path;
+  *warp = plain && path != XENT_EXPERIMENTAL_TWO_READ;
+  if (path == XENT_EXPERIMENTAL_WARP_ROW && !plain)
+    return xent_fail(XENT_ERROR_UNSUPPORTED, "%s (experimental forward path WARP_ROW)",
+                     stats ? "the warp-per-row vocabulary-parallel statistics kernel takes "
+                             "calls without class weights, softcap, token accuracy, predicted "
+                             "tokens or label smoothing"
+                           : "the warp-per-row vocabulary-parallel forward kernel takes calls "
+                             "without class weights or softcap whose records fit 256 floats "
+                             "a row (ranks x record floats)");
+  return XENT_OK;
+}
+
 template <typename T>
 xent_status launch(bool stats, const vp_params &vp, cudaStream_t stream, const dev_props &dp,
                    const xent_experimental &exp) {
+  bool warp = false;
+  xent_status st = warp_rows(stats, vp, exp, &warp);
+  if (st) return st;
   cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg =
-      plain_config((unsigned)vp.p.rows, kVpThreads, stream, attr, dp.sm_major, exp);
+  const unsigned grid = warp ? (unsigned)((vp.p.rows + kVpWarpRows - 1) / kVpWarpRows)
+                             : (unsigned)vp.p.rows;
+  const cudaLaunchConfig_t cfg = plain_config(grid, kVpThreads, stream, attr, dp.sm_major, exp);
   const bool general = vp.p.use_softcap || vp.p.weights;
-  void *k = stats ? (general ? stats_kernel<T, true>(vp.p) : stats_kernel<T, false>(vp.p))
-                  : general ? (void *)vp_forward_kernel<T, true>
-                            : (void *)vp_forward_kernel<T, false>;
+  void *k = warp    ? stats ? (void *)vp_stats_warp_kernel<T> : (void *)vp_forward_warp_kernel<T>
+            : stats ? (general ? stats_kernel<T, true>(vp.p) : stats_kernel<T, false>(vp.p))
+            : general ? (void *)vp_forward_kernel<T, true>
+                      : (void *)vp_forward_kernel<T, false>;
   void *args[] = {(void *)&vp};
   cudaError_t e = cudaLaunchKernelExC(&cfg, k, args);
   if (e != cudaSuccess) return cuda_fail(e, stats ? "vp_stats_kernel launch" : "vp_forward_kernel launch");

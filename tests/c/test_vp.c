@@ -26,6 +26,7 @@
 #include "check.h"
 #include "reference.h"
 #include "xent.h"
+#include "xent_experimental.h"
 
 static long g_cases;
 
@@ -215,6 +216,28 @@ static long run_case(const xt_case *c, int P, int cuda, xt_rng *rng) {
   return run_case_masked(c, P, cuda, rng, 0);
 }
 
+/* Plain calls (no class weights, softcap, smoothing, token accuracy or
+ * predicted tokens), which the CUDA backend gives a warp per row: row
+ * counts that fill no whole block, shard rows off the 16-byte grid, one
+ * round of a warp's loads and many, every row ignored, a shard of -inf. */
+static long plain_sweep(int cuda, xt_rng *rng) {
+  const xent_dtype dts[] = {XENT_FLOAT32, XENT_BFLOAT16, XENT_FLOAT16};
+  const xent_reduction reds[] = {XENT_REDUCTION_MEAN, XENT_REDUCTION_SUM, XENT_REDUCTION_NONE};
+  const int64_t widths[] = {64, 1000, 7128, 20000};
+  const int ps[] = {1, 2, 3, 4, 7};
+  long errs = 0;
+  for (int i = 0; i < 12; i++) {
+    xt_case c = xt_case_default(dts[i % 3], 5 + 13 * i, widths[i % 4]);
+    c.want_acc = c.want_pred = 0;
+    c.reduction = reds[(i / 3) % 3];
+    c.s = i % 2 ? 0.02 : 0.0;
+    if (i % 4 == 1) c.stride = c.vocab + 3, c.offset = 1;
+    c.ignore_frac = i % 5 == 4 ? 1.0 : 0.2;
+    errs += run_case_masked(&c, ps[i % 5], cuda, rng, i % 6 == 5);
+  }
+  return errs;
+}
+
 static long sweep(int cuda, const char *name) {
   xt_rng rng = xt_rng_for(name);
   const xent_dtype dts[] = {XENT_FLOAT32, XENT_BFLOAT16, XENT_FLOAT16};
@@ -261,7 +284,7 @@ static long sweep(int cuda, const char *name) {
       c.weighted = 1, c.alpha = 0.1;
       errs += run_case_masked(&c, 3, cuda, &rng, 1);
     }
-  return errs;
+  return errs + plain_sweep(cuda, &rng);
 }
 
 static void test_cpu_vp(void **state) {
@@ -273,6 +296,49 @@ static void test_cuda_vp(void **state) {
   (void)state;
   if (!have_gpu()) skip();
   assert_int_equal(sweep(1, "test_cuda_vp"), 0);
+}
+
+#ifdef XENT_TEST_HAVE_CUDA
+static int set_path(xent_experimental_path path) {
+  xent_experimental e = XENT_EXPERIMENTAL_INIT;
+  e.forward.path = path;
+  return xent_experimental_set(&e) == XENT_OK;
+}
+#endif
+
+/* The block per row for every call (the experimental forward path
+ * TWO_READ), where the launch table gives the plain calls a warp per row. */
+static void test_cuda_vp_block_rows(void **state) {
+  (void)state;
+  if (!have_gpu()) skip();
+#ifdef XENT_TEST_HAVE_CUDA
+  assert_true(set_path(XENT_EXPERIMENTAL_TWO_READ));
+  const long errs = sweep(1, "test_cuda_vp_block_rows");
+  xent_experimental_set(NULL);
+  assert_int_equal(errs, 0);
+#endif
+}
+
+/* The warp per row forced (WARP_ROW): the plain calls run; a call that
+ * needs the arg-max (token accuracy) or smoothing is refused, not run by
+ * another kernel. */
+static void test_cuda_vp_warp_rows(void **state) {
+  (void)state;
+  if (!have_gpu()) skip();
+#ifdef XENT_TEST_HAVE_CUDA
+  xt_rng rng = xt_rng_for("test_cuda_vp_warp_rows");
+  assert_true(set_path(XENT_EXPERIMENTAL_WARP_ROW));
+  long errs = plain_sweep(1, &rng);
+  xt_case c = xt_case_default(XENT_BFLOAT16, 20, 3000);
+  c.want_pred = 0;
+  c.alpha = 0.1;
+  const long refused = run_case(&c, 2, 1, &rng);
+  const int named = xt_mentions(xent_last_error(), "WARP_ROW");
+  xent_experimental_set(NULL);
+  assert_int_equal(errs, 0);
+  assert_int_equal(refused, 1);
+  assert_true(named);
+#endif
 }
 
 static void test_vp_errors(void **state) {
@@ -420,6 +486,8 @@ int main(void) {
       cmocka_unit_test(test_vp_errors),
       cmocka_unit_test(test_cpu_vp),
       cmocka_unit_test(test_cuda_vp),
+      cmocka_unit_test(test_cuda_vp_block_rows),
+      cmocka_unit_test(test_cuda_vp_warp_rows),
       cmocka_unit_test(test_cuda_vp_deferred),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);

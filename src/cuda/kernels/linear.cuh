@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kVpThreads)
   char *x = p.x + row * p.stride_bytes;
   const row_geom g = make_geom<T>(x, p.vocab);
   uint4 a[kVpUnroll];
-  if (p.write_grad) vp_first_vectors<T>(x, g, a);
+  if (p.write_grad) vp_first_vectors<T>(x, g, a, (int)threadIdx.x, (int)blockDim.x);
   part q = part_empty();
   const float2 *rs = stats + row * (int64_t)tiles;
   for (int t = threadIdx.x; t < tiles; t += blockDim.x) {
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kVpThreads)
     else shared_gc = finish_row(p, r, elem<T>::load(x + y * (int64_t)sizeof(T)), row, (int)y, true);
   }
   __syncthreads();
-  vp_row_gradient<T, false>(p, skip, shared_gc, x, g, 0, a);
+  vp_row_gradient<T, false>(p, skip, shared_gc, x, g, 0, a, (int)threadIdx.x, (int)blockDim.x);
 }
 
 }  // namespace xent

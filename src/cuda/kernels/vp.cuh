@@ -14,6 +14,7 @@
 #include "cuda/params.cuh"
 #include "cuda/reduce.cuh"
 #include "cuda/kernels/tworead.cuh"
+#include "cuda/kernels/warprow.cuh"
 #include "cuda/row.cuh"
 
 namespace xent {
@@ -36,14 +37,15 @@ struct vp_params {
  * arg-max and the target's column need no shift. */
 constexpr int kVpUnroll = kTwoReadUnroll;
 
-/* This thread's first U vectors of a row (those below nvec). */
+/* This thread's first U vectors of a row (those below nvec), the thread
+ * `tid` of the `nt` that share the row (a block's, or a warp's lanes). */
 template <typename T>
 __device__ __forceinline__ void vp_first_vectors(const char *x, const row_geom &g,
-                                                 uint4 (&a)[kVpUnroll]) {
+                                                 uint4 (&a)[kVpUnroll], int tid, int nt) {
   const uint4 *vp = (const uint4 *)(x + (int64_t)g.head * (int)sizeof(T));
 #pragma unroll
   for (int u = 0; u < kVpUnroll; u++)
-    if (threadIdx.x + u * blockDim.x < (unsigned)g.nvec) a[u] = ld_once(vp + threadIdx.x + u * blockDim.x);
+    if (tid + u * nt < g.nvec) a[u] = ld_once(vp + tid + u * nt);
 }
 
 /* A row's fold over the shard in the two-read kernel's first-pass order:
@@ -81,7 +83,7 @@ __global__ void __launch_bounds__(kVpThreads) vp_stats_kernel(const vp_params v)
   const char *x = p.x + row * p.stride_bytes;
   const row_geom g = make_geom<T>(x, p.vocab);
   uint4 a[kVpUnroll];
-  vp_first_vectors<T>(x, g, a);
+  vp_first_vectors<T>(x, g, a, (int)threadIdx.x, (int)blockDim.x);
   const int64_t y = load_target(p.targets, p.target64, row);
   float *rec = v.records + row * v.record;
   const bool skip = y == p.ignore_index || y < 0 || y >= v.vocab;
@@ -114,14 +116,15 @@ __global__ void __launch_bounds__(kVpThreads) vp_stats_kernel(const vp_params v)
 
 /* The gradient of a shard row in place, from its coefficients (gc.y the
  * global target column; `offset` the shard's first global column), its
- * first U vectors a thread already in `a`: one read and one write. */
+ * first U vectors a thread already in `a`: one read and one write, by the
+ * `nt` threads that share the row (`tid` this one). */
 template <typename T, bool GENERAL>
 __device__ __forceinline__ void vp_grad_row(const fwd_params &p, const grad_coef &gc, char *x,
                                             const row_geom &g, int offset,
-                                            uint4 (&a)[kVpUnroll]) {
+                                            uint4 (&a)[kVpUnroll], int tid, int nt) {
   constexpr int VN = elem<T>::N, U = kVpUnroll;
   uint4 *vp = (uint4 *)(x + (int64_t)g.head * (int)sizeof(T));
-  const int tid = threadIdx.x, nt = blockDim.x, base = offset + g.head;
+  const int base = offset + g.head;
   for (int j0 = tid;; j0 += U * nt) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
@@ -146,13 +149,13 @@ __device__ __forceinline__ void vp_grad_row(const fwd_params &p, const grad_coef
 template <typename T, bool GENERAL>
 __device__ __forceinline__ void vp_row_gradient(const fwd_params &p, bool skip, const grad_coef &gc,
                                                 char *x, const row_geom &g, int offset,
-                                                uint4 (&a)[kVpUnroll]) {
+                                                uint4 (&a)[kVpUnroll], int tid, int nt) {
   if (!p.write_grad) return;
   if (skip) {
-    zero_row<T>(x, g, threadIdx.x, g.nvec, blockDim.x, threadIdx.x, blockDim.x);
+    zero_row<T>(x, g, tid, g.nvec, nt, tid, nt);
     return;
   }
-  vp_grad_row<T, GENERAL>(p, gc, x, g, offset, a);
+  vp_grad_row<T, GENERAL>(p, gc, x, g, offset, a, tid, nt);
 }
 
 /* Floats of a row's P records that the forward stages in shared memory (P
@@ -176,7 +179,7 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params 
   const row_geom g = make_geom<T>(x, p.vocab);
   const int offset = (int)v.offset;
   uint4 a[kVpUnroll];
-  if (p.write_grad) vp_first_vectors<T>(x, g, a);
+  if (p.write_grad) vp_first_vectors<T>(x, g, a, (int)threadIdx.x, (int)blockDim.x);
   /* the target on its way beside the records, used after they are staged */
   const int64_t y = threadIdx.x == 0 ? load_target(p.targets, p.target64, row) : 0;
   const int R = v.record, staged = v.ranks * R <= kVpStagedFloats;
@@ -204,7 +207,121 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params 
     }
   }
   __syncthreads();
-  vp_row_gradient<T, GENERAL>(p, skip, shared_gc, x, g, offset, a);
+  vp_row_gradient<T, GENERAL>(p, skip, shared_gc, x, g, offset, a, (int)threadIdx.x,
+                              (int)blockDim.x);
+}
+
+/* The plain calls' kernels (no weights, softcap, arg-max or smoothing): a
+ * row per warp, kVpThreads / 32 rows a block. A block per row of a narrow
+ * shard (the vocab schedule's slabs: 7128 columns at 4096 x 4096 x 128256)
+ * spends its life in a chain of latencies and barriers: the statistics
+ * pass took 0.55 of the copy's rate there and the forward 0.76 (H100,
+ * bench/NOTES.md v45). A warp's lanes share nothing but shuffles, so no
+ * warp waits for another, and an SM holds up to 64 rows in flight. */
+constexpr int kVpWarpRows = kVpThreads / 32;
+/* Floats of a row's records a warp stages for its combine (ranks x record);
+ * calls with more take the block kernel. */
+constexpr int kVpWarpRecordFloats = 256;
+
+/* A row's record by a warp: two stages of kWarpRowUnroll / 2 vectors a
+ * lane, one in flight while the other is folded (fold_stage: one max, one
+ * rescale a stage), issued before the target is known (a skipped row's
+ * record is zeroed). */
+template <typename T>
+__global__ void __launch_bounds__(kVpThreads) vp_stats_warp_kernel(const vp_params v) {
+  constexpr int U = kWarpRowUnroll / 2, W = 32, step = 2 * U * W;
+  const fwd_params &p = v.p;
+  if (kernel_enter(p.verdict)) return;
+  const int lane = threadIdx.x & 31;
+  const int64_t row = (int64_t)blockIdx.x * kVpWarpRows + (threadIdx.x >> 5);
+  if (row >= p.rows) return; /* the warp's lanes alike */
+  const char *x = p.x + row * p.stride_bytes;
+  const row_geom g = make_geom<T>(x, p.vocab);
+  const uint4 *vp = (const uint4 *)(x + (int64_t)g.head * (int)sizeof(T));
+  uint4 a[U], b[U];
+  warprow_load<U, W>(a, vp, lane, g.nvec);
+  warprow_load<U, W>(b, vp, lane + U * W, g.nvec);
+  const int64_t y = load_target(p.targets, p.target64, row);
+  float *rec = v.records + row * v.record;
+  if (y == p.ignore_index || y < 0 || y >= v.vocab) {
+    if (lane < v.record) rec[lane] = 0.0f;
+    return;
+  }
+  const bool here = lane == 0 && y >= v.offset && y < v.offset + p.vocab;
+  const float xy = here ? elem<T>::load(x + (y - v.offset) * (int64_t)sizeof(T)) : 0.0f;
+  part unused = part_empty(); /* the plain folds touch (m, s) alone */
+  float m = -INFINITY, s = 0.0f;
+  for (int ja = lane, jb = lane + U * W;; ja += step, jb += step) {
+    if (ja >= g.nvec) break;
+    warprow_fold<T, U, W>(p, a, g, ja, m, s, unused);
+    warprow_load<U, W>(a, vp, ja + step, g.nvec);
+    if (jb >= g.nvec) break;
+    warprow_fold<T, U, W>(p, b, g, jb, m, s, unused);
+    warprow_load<U, W>(b, vp, jb + step, g.nvec);
+  }
+  fold_extras<T, false, false, false>(p, x, g, lane, W, m, s, unused);
+  warp_max_sum(m, s);
+  if (lane != 0) return;
+  xent_vp_row o;
+  o.m = m;
+  o.s = s;
+  o.t = here ? xy : 0.0f;
+  o.u = unused.sx; /* part_empty's, as the block kernel's (max, sum) reduction leaves them */
+  o.wu = unused.swx;
+  o.sw = unused.sw;
+  o.idx = unused.ai;
+  xent_vp_write(rec, v.record, &o);
+}
+
+/* The row's records combined, its outputs and the shard's gradient by a
+ * warp: the lanes stage the records in shared memory, lane 0 combines them
+ * in rank order (the block kernel's bits), and the coefficients go to the
+ * lanes by shuffles. */
+template <typename T>
+__global__ void __launch_bounds__(kVpThreads) vp_forward_warp_kernel(const vp_params v) {
+  __shared__ float recs[kVpWarpRows][kVpWarpRecordFloats];
+  const fwd_params &p = v.p;
+  if (forward_enter<T>(p)) return; /* rejected (deferred: the shard's gradient cleared) */
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t row = (int64_t)blockIdx.x * kVpWarpRows + warp;
+  if (row >= p.rows) return; /* the warp's lanes alike */
+  char *x = p.x + row * p.stride_bytes;
+  const row_geom g = make_geom<T>(x, p.vocab);
+  uint4 a[kVpUnroll];
+  if (p.write_grad) vp_first_vectors<T>(x, g, a, lane, 32);
+  const int64_t y = lane == 0 ? load_target(p.targets, p.target64, row) : 0;
+  const int R = v.record;
+  const int64_t pitch = p.rows * (int64_t)R;
+  float *wr = recs[warp];
+  for (int i = lane; i < v.ranks * R; i += 32) wr[i] = v.gathered[(i / R) * pitch + row * R + i % R];
+  __syncwarp();
+  int skip = 0;
+  grad_coef gc;
+  gc.a_s = gc.b = gc.c = gc.m = 0.0f;
+  gc.y = 0;
+  if (lane == 0) {
+    const bool bad = y != p.ignore_index && (y < 0 || y >= v.vocab);
+    skip = bad || y == p.ignore_index;
+    if (skip) {
+      skipped_row_outputs(p, row, bad);
+    } else {
+      const xent_vp_row c = xent_vp_combine(wr, R, v.ranks, R);
+      part r = part_empty();
+      r.m = c.m;
+      r.s = c.s;
+      r.sx = c.u;
+      r.swx = c.wu;
+      r.ai = c.idx;
+      gc = finish_row(p, r, c.t, row, (int)y, true);
+    }
+  }
+  skip = __shfl_sync(0xffffffffu, skip, 0);
+  gc.a_s = __shfl_sync(0xffffffffu, gc.a_s, 0);
+  gc.b = __shfl_sync(0xffffffffu, gc.b, 0);
+  gc.c = __shfl_sync(0xffffffffu, gc.c, 0);
+  gc.m = __shfl_sync(0xffffffffu, gc.m, 0);
+  gc.y = __shfl_sync(0xffffffffu, gc.y, 0);
+  vp_row_gradient<T, false>(p, skip, gc, x, g, (int)v.offset, a, lane, 32);
 }
 
 /* vp.cu: either kernel over vp.p.rows rows (a block each), for dtype dt. */
