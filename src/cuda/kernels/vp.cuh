@@ -315,13 +315,19 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_warp_kernel(const vp_pa
       gc = finish_row(p, r, c.t, row, (int)y, true);
     }
   }
+  /* The lanes' stride as a value the compiler cannot see: with nt = 32 known,
+   * nvcc 13 built vp_grad_row's loop for 16-bit rows so that each group's
+   * first vector was loaded from the group before, which the stores had
+   * just overwritten (test_vp, bench/NOTES.md v45). */
+  int lanes;
+  asm volatile("mov.u32 %0, 32;" : "=r"(lanes));
   skip = __shfl_sync(0xffffffffu, skip, 0);
   gc.a_s = __shfl_sync(0xffffffffu, gc.a_s, 0);
   gc.b = __shfl_sync(0xffffffffu, gc.b, 0);
   gc.c = __shfl_sync(0xffffffffu, gc.c, 0);
   gc.m = __shfl_sync(0xffffffffu, gc.m, 0);
   gc.y = __shfl_sync(0xffffffffu, gc.y, 0);
-  vp_row_gradient<T, false>(p, skip, gc, x, g, (int)v.offset, a, lane, 32);
+  vp_row_gradient<T, false>(p, skip, gc, x, g, (int)v.offset, a, lane, lanes);
 }
 
 /* vp.cu: either kernel over vp.p.rows rows (a block each), for dtype dt. */
