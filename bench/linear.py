@@ -164,6 +164,7 @@ def with_products(mode: int, call, path: int = 0):
     e = Experimental()
     setattr(e, f"f{EXPERIMENTAL_PRODUCTS}", mode)
     e.f0 = path  # forward.path
+    e.f2 = 256 if path else 0  # forward.threads, which a forced path names
     lib.xent_experimental_set.argtypes = [ctypes.c_void_p]
     if lib.xent_experimental_set(ctypes.byref(e)) != 0:
         raise RuntimeError("xent_experimental_set refused products=%d path=%d" % (mode, path))

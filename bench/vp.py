@@ -46,6 +46,7 @@ def set_path(lib, path: int) -> None:
 
     e = Experimental()
     e.f0 = path
+    e.f2 = 256 if path else 0  # forward.threads: a forced path names them (the kernels take 256)
     lib.xent_experimental_set.argtypes = [ctypes.c_void_p]
     if lib.xent_experimental_set(ctypes.byref(e) if path else None) != 0:
         raise RuntimeError(f"xent_experimental_set refused path {path}")

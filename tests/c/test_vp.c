@@ -302,6 +302,7 @@ static void test_cuda_vp(void **state) {
 static int set_path(xent_experimental_path path) {
   xent_experimental e = XENT_EXPERIMENTAL_INIT;
   e.forward.path = path;
+  e.forward.threads = 256; /* a forced path names them; the vocabulary-parallel kernels take 256 */
   return xent_experimental_set(&e) == XENT_OK;
 }
 #endif
