@@ -1,5 +1,6 @@
 /*
- * vp.cuh - the vocabulary-parallel kernels (vp.cu): a block per row.
+ * vp.cuh - the vocabulary-parallel kernels (vp.cu): a block per row, or a
+ * warp per row for plain calls (vp_stats_warp_kernel, vp_forward_warp_kernel).
  * vp_stats_kernel reduces the row's shard to its record; vp_forward_kernel
  * combines the row's P records, writes the row's outputs and the shard's
  * gradient. 16-byte loads and stores over any shard width and alignment
@@ -215,8 +216,8 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params 
  * row per warp, kVpThreads / 32 rows a block. A block per row of a narrow
  * shard (the vocab schedule's slabs: 7128 columns at 4096 x 4096 x 128256)
  * spends its life in a chain of latencies and barriers: the statistics
- * pass took 0.55 of the copy's rate there and the forward 0.76 (H100,
- * bench/NOTES.md v45). A warp's lanes share nothing but shuffles, so no
+ * pass took 0.54 of the copy's rate there and the forward 0.75, a warp per
+ * row 0.70 and 0.86 (H100, bench/NOTES.md v45). A warp's lanes share nothing but shuffles, so no
  * warp waits for another, and an SM holds up to 64 rows in flight. */
 constexpr int kVpWarpRows = kVpThreads / 32;
 /* Floats of a row's records a warp stages for its combine (ranks x record);
@@ -330,7 +331,8 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_warp_kernel(const vp_pa
   vp_row_gradient<T, false>(p, skip, gc, x, g, (int)v.offset, a, lane, lanes);
 }
 
-/* vp.cu: either kernel over vp.p.rows rows (a block each), for dtype dt. */
+/* vp.cu: either pass over vp.p.rows rows (a warp each for plain calls, a
+ * block each otherwise), for dtype dt. */
 xent_status launch_vp(bool stats, xent_dtype dt, const vp_params &vp, cudaStream_t stream,
                       const dev_props &dp, const xent_experimental &exp);
 
