@@ -159,6 +159,21 @@ __device__ __forceinline__ void vp_row_gradient(const fwd_params &p, bool skip, 
   vp_grad_row<T, GENERAL>(p, gc, x, g, offset, a, tid, nt);
 }
 
+/* A row's P records (rank k's at rec + k pitch) combined in rank order, as
+ * on the host, and the row's outputs and gradient coefficients from them. */
+__device__ __forceinline__ grad_coef vp_combine_row(const fwd_params &p, const float *rec,
+                                                    int64_t pitch, int ranks, int R, int64_t row,
+                                                    int y) {
+  const xent_vp_row c = xent_vp_combine(rec, pitch, ranks, R);
+  part r = part_empty();
+  r.m = c.m;
+  r.s = c.s;
+  r.sx = c.u;
+  r.swx = c.wu;
+  r.ai = c.idx;
+  return finish_row(p, r, c.t, row, y, true);
+}
+
 /* Floats of a row's P records that the forward stages in shared memory (P
  * up to 256 full records): loaded by all threads at once rather than one
  * rank after another by the thread that combines them. */
@@ -196,15 +211,8 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params 
     if (skip) {
       skipped_row_outputs(p, row, bad);
     } else {
-      const xent_vp_row c = staged ? xent_vp_combine(recs, R, v.ranks, R)
-                                   : xent_vp_combine(v.gathered + row * R, pitch, v.ranks, R);
-      part r = part_empty();
-      r.m = c.m;
-      r.s = c.s;
-      r.sx = c.u;
-      r.swx = c.wu;
-      r.ai = c.idx;
-      shared_gc = finish_row(p, r, c.t, row, (int)y, true);
+      shared_gc = staged ? vp_combine_row(p, recs, R, v.ranks, R, row, (int)y)
+                         : vp_combine_row(p, v.gathered + row * R, pitch, v.ranks, R, row, (int)y);
     }
   }
   __syncthreads();
@@ -230,7 +238,7 @@ constexpr int kVpWarpRecordFloats = 256;
  * record is zeroed). */
 template <typename T>
 __global__ void __launch_bounds__(kVpThreads) vp_stats_warp_kernel(const vp_params v) {
-  constexpr int U = kWarpRowUnroll / 2, W = 32, step = 2 * U * W;
+  constexpr int U = kWarpRowUnroll / 2, W = 32;
   const fwd_params &p = v.p;
   if (kernel_enter(p.verdict)) return;
   const int lane = threadIdx.x & 31;
@@ -252,14 +260,7 @@ __global__ void __launch_bounds__(kVpThreads) vp_stats_warp_kernel(const vp_para
   const float xy = here ? elem<T>::load(x + (y - v.offset) * (int64_t)sizeof(T)) : 0.0f;
   part unused = part_empty(); /* the plain folds touch (m, s) alone */
   float m = -INFINITY, s = 0.0f;
-  for (int ja = lane, jb = lane + U * W;; ja += step, jb += step) {
-    if (ja >= g.nvec) break;
-    warprow_fold<T, U, W>(p, a, g, ja, m, s, unused);
-    warprow_load<U, W>(a, vp, ja + step, g.nvec);
-    if (jb >= g.nvec) break;
-    warprow_fold<T, U, W>(p, b, g, jb, m, s, unused);
-    warprow_load<U, W>(b, vp, jb + step, g.nvec);
-  }
+  warprow_fold_row<T, U, W>(p, vp, g, lane, a, b, m, s, unused);
   fold_extras<T, false, false, false>(p, x, g, lane, W, m, s, unused);
   warp_max_sum(m, s);
   if (lane != 0) return;
@@ -306,14 +307,7 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_warp_kernel(const vp_pa
     if (skip) {
       skipped_row_outputs(p, row, bad);
     } else {
-      const xent_vp_row c = xent_vp_combine(wr, R, v.ranks, R);
-      part r = part_empty();
-      r.m = c.m;
-      r.s = c.s;
-      r.sx = c.u;
-      r.swx = c.wu;
-      r.ai = c.idx;
-      gc = finish_row(p, r, c.t, row, (int)y, true);
+      gc = vp_combine_row(p, wr, R, v.ranks, R, row, (int)y);
     }
   }
   /* The lanes' stride as a value the compiler cannot see: with nt = 32 known,

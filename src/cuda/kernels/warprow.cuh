@@ -41,6 +41,24 @@ __device__ __forceinline__ void warprow_fold(const fwd_params &p, const uint4 (&
   }
 }
 
+/* The pipelined fold of a row's vectors by its W lanes (this one vl): the
+ * stages a and b, already issued at vl and vl + U W, folded in turn while
+ * the other's next stage is in flight. */
+template <typename T, int U, int W>
+__device__ __forceinline__ void warprow_fold_row(const fwd_params &p, const uint4 *vp,
+                                                 const row_geom &g, int vl, uint4 (&a)[U],
+                                                 uint4 (&b)[U], float &m, float &s, part &q) {
+  constexpr int step = 2 * U * W;
+  for (int ja = vl, jb = vl + U * W;; ja += step, jb += step) {
+    if (ja >= g.nvec) break;
+    warprow_fold<T, U, W>(p, a, g, ja, m, s, q);
+    warprow_load<U, W>(a, vp, ja + step, g.nvec);
+    if (jb >= g.nvec) break;
+    warprow_fold<T, U, W>(p, b, g, jb, m, s, q);
+    warprow_load<U, W>(b, vp, jb + step, g.nvec);
+  }
+}
+
 /* Each warp reads one row and reduces it with shuffles alone: no block
  * barrier, so no warp waits for another and an SM's loads never drain for a
  * reduction. Rows go to warps in order, blockDim / 32 rows a block, a block
@@ -90,15 +108,7 @@ __global__ void __launch_bounds__(256) fwd_warprow(const fwd_params p) {
   part q = part_empty();
   if (PIPE > 0) {
     float m = -INFINITY, s = 0.0f;
-    constexpr int step = 2 * UA * W;
-    for (int ja = vl, jb = vl + UA * W;; ja += step, jb += step) {
-      if (ja >= g.nvec) break;
-      warprow_fold<T, UA, W>(p, a, g, ja, m, s, q);
-      warprow_load<UA, W>(a, vp, ja + step, g.nvec);
-      if (jb >= g.nvec) break;
-      warprow_fold<T, UA, W>(p, b, g, jb, m, s, q);
-      warprow_load<UA, W>(b, vp, jb + step, g.nvec);
-    }
+    warprow_fold_row<T, UA, W>(p, vp, g, vl, a, b, m, s, q);
     fold_extras<T, false, false, false>(p, rowp, g, vl, W, m, s, q);
     q.m = m;
     q.s = s;
