@@ -8,6 +8,7 @@
 #   (no stage: build test python bench linear)
 #
 #   build        CMake + Ninja (Release, sm_90a only), cmocka and OpenBLAS from .deps
+#                (XENT_PREBUILT=DIR instead: a carried build made here without a GPU)
 #   proxy        the A100's code and plan on this GPU: a build of compute_80 PTX alone
 #                (build-sm80, made beside the main build), whose calls the driver JIT-compiles
 #                and whose plan is sm_80's; the CUDA C tests (XENT_TEST_QUICK subset unless
@@ -178,7 +179,24 @@ if has variant; then
    rm -rf "$OLDPWD/build-variant" && cp -r build "$OLDPWD/build-variant") &
   variant_pid=$!
 fi
-if has build || [ ! -f build/CMakeCache.txt ]; then
+# XENT_PREBUILT=DIR: a build made on the machine without a GPU, carried instead of built here
+# (a fresh machine's build takes about 190 s of the session's device time, carrying one about
+# 30 s). Its library, cmocka and test programs go under build/ and the build stage is skipped;
+# the stages that run the test programs, bench/ and the Python suites work from it, CTest's and
+# the JAX handlers' (unless built with JAX's headers) do not. Made and carried so:
+#   cmake -S . -B build/h100 -DCMAKE_BUILD_TYPE=Release -DXENT_CUDA_ARCHITECTURES=90a \
+#     -DXENT_CUDA_PTX=OFF && cmake --build build/h100 -j 4 --target xent test_vp test_linear
+#   cp /lib/x86_64-linux-gnu/libcmocka.so.0 build/h100/
+#   carry build/h100/libxent.so.0.1.0, build/h100/libcmocka.so.0, build/h100/tests/test_vp, ...
+if [ -n "${XENT_PREBUILT:-}" ]; then
+  mkdir -p build/tests
+  cp -f "$XENT_PREBUILT/libxent.so.0.1.0" build/ && ln -sf libxent.so.0.1.0 build/libxent.so.0 &&
+    ln -sf libxent.so.0 build/libxent.so && note prebuilt "$XENT_PREBUILT" ||
+    note prebuilt "FAILED: no $XENT_PREBUILT/libxent.so.0.1.0"
+  cp -f "$XENT_PREBUILT/libcmocka.so.0" build/ 2>/dev/null
+  cp -f "$XENT_PREBUILT"/tests/test_* build/tests/ 2>/dev/null
+  export LD_LIBRARY_PATH=$PWD/build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+elif has build || [ ! -f build/CMakeCache.txt ]; then
   stamp "build"
   if build_tree build; then
     note build "ok, $(grep -o 'JAX handlers [A-Z]*' "$LOGS/build.log" | tail -1)"
