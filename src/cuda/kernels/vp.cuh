@@ -159,19 +159,14 @@ __device__ __forceinline__ void vp_row_gradient(const fwd_params &p, bool skip, 
   vp_grad_row<T, GENERAL>(p, gc, x, g, offset, a, tid, nt);
 }
 
-/* A row's P records (rank k's at rec + k pitch) combined in rank order, as
- * on the host, and the row's outputs and gradient coefficients from them. */
-__device__ __forceinline__ grad_coef vp_combine_row(const fwd_params &p, const float *rec,
-                                                    int64_t pitch, int ranks, int R, int64_t row,
-                                                    int y) {
-  const xent_vp_row c = xent_vp_combine(rec, pitch, ranks, R);
-  part r = part_empty();
+/* A row's combined records as the reduction finish_row takes. */
+__device__ __forceinline__ void vp_row_part(const xent_vp_row &c, part &r) {
+  r = part_empty();
   r.m = c.m;
   r.s = c.s;
   r.sx = c.u;
   r.swx = c.wu;
   r.ai = c.idx;
-  return finish_row(p, r, c.t, row, y, true);
 }
 
 /* Floats of a row's P records that the forward stages in shared memory (P
@@ -211,8 +206,11 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params 
     if (skip) {
       skipped_row_outputs(p, row, bad);
     } else {
-      shared_gc = staged ? vp_combine_row(p, recs, R, v.ranks, R, row, (int)y)
-                         : vp_combine_row(p, v.gathered + row * R, pitch, v.ranks, R, row, (int)y);
+      const xent_vp_row c = staged ? xent_vp_combine(recs, R, v.ranks, R)
+                                   : xent_vp_combine(v.gathered + row * R, pitch, v.ranks, R);
+      part r;
+      vp_row_part(c, r);
+      shared_gc = finish_row(p, r, c.t, row, (int)y, true);
     }
   }
   __syncthreads();
@@ -307,7 +305,10 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_warp_kernel(const vp_pa
     if (skip) {
       skipped_row_outputs(p, row, bad);
     } else {
-      gc = vp_combine_row(p, wr, R, v.ranks, R, row, (int)y);
+      const xent_vp_row c = xent_vp_combine(wr, R, v.ranks, R);
+      part r;
+      vp_row_part(c, r);
+      gc = finish_row(p, r, c.t, row, (int)y, true);
     }
   }
   /* The lanes' stride as a value the compiler cannot see: with nt = 32 known,
