@@ -147,31 +147,12 @@ def quantiles(s: List[float]) -> Tuple[float, float, float]:
 
 # xent_experimental as ints: the launch's 9, programmatic, verdict_copy, backward_waves,
 # plan_arch, then products (tests/python/test_lib.py checks both against the header)
-EXPERIMENTAL_INTS, EXPERIMENTAL_PRODUCTS = 14, 13
-
-
-def with_products(mode: int, call, path: int = 0):
-    """call() with xent_experimental.products = mode (and forward.path = path) on this
-    thread (the fused linear loss computes its gradients in the forward, on the calling
-    thread)."""
-    import ctypes
+def with_settings(call, **settings):
+    """call() under xent's experimental settings (xent._lib.experimental) on this thread:
+    the fused linear loss computes its gradients in the forward, on the calling thread."""
     from xent import _lib
-
-    class Experimental(ctypes.Structure):  # xent_experimental (include/xent_experimental.h)
-        _fields_ = [(f"f{i}", ctypes.c_int) for i in range(EXPERIMENTAL_INTS)]
-
-    lib = _lib.lib()
-    e = Experimental()
-    setattr(e, f"f{EXPERIMENTAL_PRODUCTS}", mode)
-    e.f0 = path  # forward.path
-    e.f2 = 256 if path else 0  # forward.threads, which a forced path names
-    lib.xent_experimental_set.argtypes = [ctypes.c_void_p]
-    if lib.xent_experimental_set(ctypes.byref(e)) != 0:
-        raise RuntimeError("xent_experimental_set refused products=%d path=%d" % (mode, path))
-    try:
+    with _lib.experimental(**settings):
         return call()
-    finally:
-        lib.xent_experimental_set(None)
 
 
 def make_providers(torch, names: List[str]):
@@ -203,15 +184,15 @@ def make_providers(torch, names: List[str]):
                 # reading the gradient's old tile ahead; xent_own_1g: 2 at a 1 GiB budget
                 mode = own[n]
                 out[n] = ((lambda x, w, y, mode=mode, all_=n == "xent_own_all",
-                           budget=(1 << 30) if n == "xent_own_1g" else 0: with_products(
-                    mode, lambda: xt.FusedLinearCrossEntropyLoss(
-                        chunk_rows=x.shape[0] if all_ else 0, memory_budget=budget)(w, x, y))),
-                          None)
+                           budget=(1 << 30) if n == "xent_own_1g" else 0: with_settings(
+                    lambda: xt.FusedLinearCrossEntropyLoss(
+                        chunk_rows=x.shape[0] if all_ else 0, memory_budget=budget)(w, x, y),
+                    products=mode)), None)
                 continue
             if n == "xent_vocab_blockrows":  # the vocab schedule's passes a block per row
                 fn = xt.FusedLinearCrossEntropyLoss(schedule="vocab")
-                out[n] = ((lambda x, w, y, fn=fn: with_products(0, lambda: fn(w, x, y), 1)),
-                          None)
+                out[n] = ((lambda x, w, y, fn=fn: with_settings(lambda: fn(w, x, y),
+                                                                 forward_path=1)), None)
                 continue
             if n == "xent_1g":  # memory_budget 1 GiB (issue 54's second row)
                 out[n] = ((lambda x, w, y: xt.FusedLinearCrossEntropyLoss(

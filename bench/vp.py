@@ -22,7 +22,6 @@ experimental forward path TWO_READ), side by side.
 """
 
 import argparse
-import ctypes
 import os
 import sys
 import time
@@ -34,22 +33,7 @@ import source_tree  # noqa: E402
 
 source_tree.use_xent()
 
-# xent_experimental (include/xent_experimental.h) as ints: forward.path is the first
-EXPERIMENTAL_INTS = 14
 PATHS = (("table", 0), ("block", 1))  # XENT_EXPERIMENTAL_TABLE, XENT_EXPERIMENTAL_TWO_READ
-
-
-def set_path(lib, path: int) -> None:
-    """This thread's later calls with the experimental forward path `path` (0: defaults)."""
-    class Experimental(ctypes.Structure):
-        _fields_ = [(f"f{i}", ctypes.c_int) for i in range(EXPERIMENTAL_INTS)]
-
-    e = Experimental()
-    e.f0 = path
-    e.f2 = 256 if path else 0  # forward.threads: a forced path names them (the kernels take 256)
-    lib.xent_experimental_set.argtypes = [ctypes.c_void_p]
-    if lib.xent_experimental_set(ctypes.byref(e) if path else None) != 0:
-        raise RuntimeError(f"xent_experimental_set refused path {path}")
 
 
 def main(argv=None):
@@ -123,12 +107,9 @@ def main(argv=None):
                               _lib.XENT_INT64, None)
         single = timed(lambda: _lib.forward(inp1, opt, out, ex, True), restore)
         for label, path in PATHS:
-            set_path(_lib.lib(), path)
-            try:
+            with _lib.experimental(forward_path=path):
                 ts = timed(stats, restore)
                 tf = timed(forward, restore)
-            finally:
-                set_path(_lib.lib(), 0)
             print(f"{p:>3}{label:>8}{w:>9}{ts:>10.3f}{tf:>12.3f}{ts + tf:>13.3f}{single:>15.3f}"
                   f"{(ts + tf) / single:>7.2f}{R * 4:>16}{tc / 2 / ts:>15.2f}{tc / tf:>13.2f}")
         x0 = x = None

@@ -20,7 +20,8 @@ import glob
 import os
 import sys
 import threading
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
 from ctypes import (
     POINTER,
     Structure,
@@ -210,6 +211,17 @@ class XentDeviceInfo(Structure):
     ]
 
 
+class XentExperimentalLaunch(Structure):  # xent_experimental.h: the benchmarks' settings
+    _fields_ = [(n, c_int) for n in ("path", "cluster", "threads", "vecs", "slots", "reuse",
+                                      "hold", "warp_split", "l2_hint")]
+
+
+class XentExperimental(Structure):
+    _fields_ = [("forward", XentExperimentalLaunch)] + [
+        (n, c_int) for n in ("programmatic", "verdict_copy", "backward_waves", "plan_arch",
+                             "products")]
+
+
 # ---------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------
@@ -332,6 +344,10 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.xent_linear_forward.restype = c_int
     lib.xent_linear_forward_backward.argtypes = [lin_p, opt_p, lopt_p, out_p, g_p, ex_p]
     lib.xent_linear_forward_backward.restype = c_int
+    lib.xent_experimental_set.argtypes = [POINTER(XentExperimental)]
+    lib.xent_experimental_set.restype = c_int
+    lib.xent_experimental_get.argtypes = []
+    lib.xent_experimental_get.restype = XentExperimental
     lib.xent_experimental_last_linear.argtypes = []
     lib.xent_experimental_last_linear.restype = c_char_p
     lib.xent_vp_record_floats.argtypes = [opt_p, c_void_p, out_p]
@@ -368,6 +384,21 @@ def last_linear() -> str:
     """How this thread's last CUDA fused linear call was cut: "rows chunk=..
     chunks=.." or "vocab slab=.. slabs=..", or "none"."""
     return lib().xent_experimental_last_linear().decode("utf-8", "replace")
+
+
+@contextmanager
+def experimental(products: int = 0, forward_path: int = 0) -> Iterator[None]:
+    """This thread's calls inside the block with xent_experimental's `products` and
+    forward path (a forced path names 256 threads, which the vocabulary-parallel kernels
+    take); the defaults again after it. For the benchmarks: nothing here is stable API."""
+    e = XentExperimental(products=products)
+    e.forward.path = forward_path
+    e.forward.threads = 256 if forward_path else 0
+    check(lib().xent_experimental_set(ctypes.byref(e)))
+    try:
+        yield
+    finally:
+        lib().xent_experimental_set(None)
 
 
 def status_string(status: int) -> str:

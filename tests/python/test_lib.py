@@ -27,11 +27,12 @@ STRUCTS = {
     "xent_linear_input": _lib.XentLinearInput,
     "xent_linear_options": _lib.XentLinearOptions,
     "xent_linear_grads": _lib.XentLinearGrads,
+    "xent_experimental_launch": _lib.XentExperimentalLaunch,
+    "xent_experimental": _lib.XentExperimental,
 }
 # the benchmarks' copies of xent_experimental.h's structures
 sys.path.insert(0, os.path.join(REPO, "bench"))
 import gemm as bench_gemm  # noqa: E402
-import linear as bench_linear  # noqa: E402
 
 STRUCTS["xent_experimental_gemm"] = bench_gemm.Gemm
 
@@ -55,8 +56,6 @@ def _c_layout(tmp_path):
         #include "xent.h"
         #include "xent_experimental.h"
         int main(void) {
-        printf("xent_experimental sizeof %%zu\\n", sizeof(xent_experimental));
-        printf("xent_experimental products %%zu\\n", offsetof(xent_experimental, products));
         %s
           return 0;
         }
@@ -79,11 +78,19 @@ def test_structures_match_the_header(tmp_path):
             assert getattr(cls, field).offset == layout[(cname, field)], f"{cname}.{field}"
 
 
-def test_experimental_products_match_the_header(tmp_path):
-    """bench/linear.py sets xent_experimental.products through a block of ints."""
-    layout = _c_layout(tmp_path)
-    assert layout[("xent_experimental", "sizeof")] == 4 * bench_linear.EXPERIMENTAL_INTS
-    assert layout[("xent_experimental", "products")] == 4 * bench_linear.EXPERIMENTAL_PRODUCTS
+def test_experimental_settings_apply_inside_the_block_only():
+    """The benchmarks' settings (bench/linear.py, bench/vp.py): this thread's inside the
+    block, the defaults after it, and a value out of range refused with its name."""
+    get = _lib.lib().xent_experimental_get
+    with _lib.experimental(products=6, forward_path=1):
+        inside = get()
+        assert (inside.products, inside.forward.path, inside.forward.threads) == (6, 1, 256)
+    after = get()
+    assert (after.products, after.forward.path, after.forward.threads) == (0, 0, 0)
+    with pytest.raises(xent.XentValueError, match="products"):
+        with _lib.experimental(products=7):
+            pass
+    assert get().products == 0
 
 
 def test_defaults_match_the_header():
