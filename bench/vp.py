@@ -16,9 +16,13 @@ time to make one call (a narrow shard's pass is a few tens of microseconds, as l
 call's host side: with one call between events, the GPU waited on the host; 2026-12-06, H100).
 A forward after the first of a group reads the gradient the one before wrote: other values,
 the same work.
-Each P's passes run twice in one process: with the launch table's kernels ("table": a warp
-per row for plain calls like these) and with a block per row forced ("block", the
-experimental forward path TWO_READ), side by side.
+Each P's passes run in one process with the launch table's kernels ("table") and with each
+kernel forced, side by side: a block per row ("block", the experimental forward path
+TWO_READ), a warp per row ("warp", WARP_ROW) and, for the statistics of shards of at most 32
+KB a row, a block per row issuing every load at once ("segN", SEGMENT with N threads of 8
+vectors; the forward then runs the table's kernel). "nograd": xent_forward without a
+gradient (reduction none) over the same BT x V/P matrix, the single-GPU pass that reads what
+the statistics read (the same arithmetic, the row's loss in place of its record).
 """
 
 import argparse
@@ -33,7 +37,9 @@ import source_tree  # noqa: E402
 
 source_tree.use_xent()
 
-PATHS = (("table", 0), ("block", 1))  # XENT_EXPERIMENTAL_TABLE, XENT_EXPERIMENTAL_TWO_READ
+# (label, xent_experimental_path, threads): TABLE, TWO_READ, WARP_ROW, SEGMENT
+PATHS = (("table", 0, 0), ("block", 1, 0), ("warp", 3, 0), ("seg64", 4, 64), ("seg128", 4, 128),
+         ("seg256", 4, 256))
 
 
 def main(argv=None):
@@ -56,7 +62,7 @@ def main(argv=None):
           f"BT={args.bt} V={args.vocab} bf16, median of {args.iters}")
     print(f"{'P':>3}{'kernels':>8}{'columns':>9}{'stats ms':>10}{'forward ms':>12}{'shard total':>13}"
           f"{'single-GPU ms':>15}{'ratio':>7}{'bytes/row/rank':>16}{'stats of copy':>15}"
-          f"{'fwd of copy':>13}")
+          f"{'fwd of copy':>13}{'nograd ms':>11}{'nograd of copy':>16}")
     bt, v = args.bt, args.vocab
 
     def timed(fn, restore):
@@ -106,12 +112,24 @@ def main(argv=None):
         inp1 = _lib.XentInput(x.data_ptr(), _lib.XENT_BFLOAT16, bt, w, 0, tl.data_ptr(),
                               _lib.XENT_INT64, None)
         single = timed(lambda: _lib.forward(inp1, opt, out, ex, True), restore)
-        for label, path in PATHS:
-            with _lib.experimental(forward_path=path):
+        # reduction none: the per-row losses alone, no finalize kernel after the pass
+        row_loss = torch.empty(bt, device="cuda")
+        opt_none = _lib.make_options(reduction="none", check_targets=False)
+        out_none = _lib.XentOutput(row_loss.data_ptr(), None, None, None, None)
+        nograd = timed(lambda: _lib.forward(inp1, opt_none, out_none, ex, False), restore)
+        for label, path, threads in PATHS:
+            if path == 4 and w * 2 > threads * 8 * 16:
+                continue  # a row past the segment's loads
+            with _lib.experimental(forward_path=path, threads=threads, vecs=8 if path == 4 else 0):
                 ts = timed(stats, restore)
+            if path == 4:  # no segment kernel for the forward: the table's
                 tf = timed(forward, restore)
+            else:
+                with _lib.experimental(forward_path=path, threads=threads):
+                    tf = timed(forward, restore)
             print(f"{p:>3}{label:>8}{w:>9}{ts:>10.3f}{tf:>12.3f}{ts + tf:>13.3f}{single:>15.3f}"
-                  f"{(ts + tf) / single:>7.2f}{R * 4:>16}{tc / 2 / ts:>15.2f}{tc / tf:>13.2f}")
+                  f"{(ts + tf) / single:>7.2f}{R * 4:>16}{tc / 2 / ts:>15.2f}{tc / tf:>13.2f}"
+                  f"{nograd:>11.3f}{tc / 2 / nograd:>16.2f}")
         x0 = x = None
         torch.cuda.empty_cache()
     return 0

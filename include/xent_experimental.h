@@ -28,7 +28,9 @@ extern "C" {
 /* The CUDA forward kernels (src/cuda/plan.h describes each). The
  * vocabulary-parallel passes (and the fused linear loss's vocab schedule)
  * take TWO_READ as their block per row and WARP_ROW as their warp per row
- * (plain calls only), whatever the launch's other fields say. */
+ * (plain calls only), whatever the launch's other fields say; SEGMENT as
+ * the statistics' block per row with every load issued at once (plain calls
+ * whose shard rows fit `threads` x `vecs` vectors; the forward refuses it). */
 typedef enum xent_experimental_path {
   XENT_EXPERIMENTAL_TABLE = 0,    /* the launch table chooses (the default)               */
   XENT_EXPERIMENTAL_TWO_READ = 1, /* a row per block, read twice (once without a gradient) */

@@ -436,9 +436,11 @@ if has jax && in_time jax; then
 fi
 if has vp && in_time vp; then
   stamp "vp"
-  timeout 200 python3 bench/vp.py >"$OUT/vp.log" 2>&1 &&
-    timeout 100 python3 bench/vp.py --bt 4096 >>"$OUT/vp.log" 2>&1
-  note vp "rc=$?"
+  timeout 240 python3 bench/vp.py >"$OUT/vp.log" 2>&1
+  rc=$?
+  timeout 200 python3 bench/vp.py --bt 4096 >>"$OUT/vp.log" 2>&1
+  note vp "rc=$rc, $? (BT 8192, 4096)"
+  grep -E "^ *[0-9]+ +[a-z]" "$OUT/vp.log" | awk '{printf "%s %s %s stats %s fwd %s nograd %s\n", $1, $2, $3, $4, $5, $(NF-1)}' | head -60
   if [ -f build-before/libxent.so ]; then
     # the `before` build's shard passes, then this tree's again: side by side in one call
     for lib in build-before build; do

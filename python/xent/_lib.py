@@ -387,13 +387,16 @@ def last_linear() -> str:
 
 
 @contextmanager
-def experimental(products: int = 0, forward_path: int = 0) -> Iterator[None]:
+def experimental(products: int = 0, forward_path: int = 0, threads: int = 0,
+                 vecs: int = 0) -> Iterator[None]:
     """This thread's calls inside the block with xent_experimental's `products` and
-    forward path (a forced path names 256 threads, which the vocabulary-parallel kernels
-    take); the defaults again after it. For the benchmarks: nothing here is stable API."""
+    forward path (a forced path names its threads, 256 unless given, which the
+    vocabulary-parallel kernels take, and its `vecs` where the path has them); the
+    defaults again after it. For the benchmarks: nothing here is stable API."""
     e = XentExperimental(products=products)
     e.forward.path = forward_path
-    e.forward.threads = 256 if forward_path else 0
+    e.forward.threads = (threads or 256) if forward_path else 0
+    e.forward.vecs = vecs
     check(lib().xent_experimental_set(ctypes.byref(e)))
     try:
         yield

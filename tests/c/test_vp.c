@@ -29,6 +29,9 @@
 #include "xent_experimental.h"
 
 static long g_cases;
+/* Experimental settings for the statistics calls alone (the segment
+ * kernel's test: the forward has no segment kernel); NULL: none. */
+static const xent_experimental *g_stats_settings;
 
 static int have_gpu(void) {
 #ifdef XENT_TEST_HAVE_CUDA
@@ -112,6 +115,8 @@ static long run_shards(xt_problem *pb, xt_outbuf *ob, int P, int cuda, void *all
   }
   const char *logits0 = (const char *)b.alloc + ((const char *)pb->logits - (const char *)pb->alloc);
   /* step 1 on every rank, step 2 (the gather) by copying */
+  const xent_experimental settings = xent_experimental_get();
+  if (g_stats_settings && xent_experimental_set(g_stats_settings) != XENT_OK) errs++;
   for (int p = 0; p < P && !errs; p++) {
     xent_input in = {(char *)logits0 + (size_t)off[p] * es, c->dtype, rows, wid[p], S,
                      b.targets, c->ttype, b.weights};
@@ -129,6 +134,7 @@ static long run_shards(xt_problem *pb, xt_outbuf *ob, int P, int cuda, void *all
 #endif
       memcpy((char *)b.gathered + rec_bytes * (size_t)p, b.records, rec_bytes);
   }
+  xent_experimental_set(&settings);
   /* step 3 on every rank */
   for (int p = 0; p < P && !errs; p++) {
     xent_input in = {(char *)logits0 + (size_t)off[p] * es, c->dtype, rows, wid[p], S,
@@ -342,6 +348,60 @@ static void test_cuda_vp_warp_rows(void **state) {
 #endif
 }
 
+/* The segment statistics kernel (a block per row, every load issued at
+ * once) forced for the statistics at each of its shapes, on plain calls
+ * whose widest shard fills most of a block's loads: fp32, bf16 and fp16,
+ * rows off the 16-byte grid, ignored and -inf rows, 1 to 7 ranks; a shard
+ * wider than the block's loads and a call with label smoothing refused,
+ * with the path named. */
+static void test_cuda_vp_segment_rows(void **state) {
+  (void)state;
+  if (!have_gpu()) skip();
+#ifdef XENT_TEST_HAVE_CUDA
+  xt_rng rng = xt_rng_for("test_cuda_vp_segment_rows");
+  const xent_dtype dts[] = {XENT_FLOAT32, XENT_BFLOAT16, XENT_FLOAT16};
+  const int shapes[][2] = {{64, 4}, {128, 8}, {256, 8}, {64, 8}}; /* threads, vecs */
+  const int ps[] = {1, 2, 3, 4, 7};
+  xent_experimental e = XENT_EXPERIMENTAL_INIT;
+  e.forward.path = XENT_EXPERIMENTAL_SEGMENT;
+  long errs = 0;
+  for (int i = 0; i < 12; i++) {
+    e.forward.threads = shapes[i % 4][0];
+    e.forward.vecs = shapes[i % 4][1];
+    const xent_dtype dt = dts[i % 3];
+    const int64_t per_vec = dt == XENT_FLOAT32 ? 4 : 8, P = ps[i % 5];
+    /* the widest shard (V / P + 4 with split's skew) one vector short of the block's loads */
+    const int64_t fill = (int64_t)e.forward.threads * e.forward.vecs * per_vec - per_vec;
+    xt_case c = xt_case_default(dt, 5 + 13 * i, P * (fill - 5) - (int64_t)(i % 3));
+    c.want_acc = c.want_pred = 0;
+    c.reduction = i % 3 == 0 ? XENT_REDUCTION_MEAN : i % 3 == 1 ? XENT_REDUCTION_SUM
+                                                                : XENT_REDUCTION_NONE;
+    if (i % 4 == 1) c.stride = c.vocab + 3, c.offset = 1;
+    c.ignore_frac = i % 5 == 4 ? 1.0 : 0.2;
+    g_stats_settings = &e;
+    errs += run_case_masked(&c, (int)P, 1, &rng, i % 6 == 5);
+  }
+  /* refusals: a shard one vector past the block's loads; smoothing */
+  e.forward.threads = 64;
+  e.forward.vecs = 4;
+  xt_case c = xt_case_default(XENT_BFLOAT16, 9, 64 * 4 * 8 + 1);
+  c.want_acc = c.want_pred = 0;
+  const long too_wide = run_case(&c, 1, 1, &rng);
+  const int named_wide = xt_mentions(xent_last_error(), "SEGMENT");
+  c = xt_case_default(XENT_BFLOAT16, 9, 1000);
+  c.want_acc = c.want_pred = 0;
+  c.alpha = 0.1;
+  const long smoothing = run_case(&c, 2, 1, &rng);
+  const int named_smoothing = xt_mentions(xent_last_error(), "SEGMENT");
+  g_stats_settings = NULL;
+  assert_int_equal(errs, 0);
+  assert_int_equal(too_wide, 1);
+  assert_true(named_wide);
+  assert_int_equal(smoothing, 1);
+  assert_true(named_smoothing);
+#endif
+}
+
 static void test_vp_errors(void **state) {
   (void)state;
   float logits[4 * 10] = {0}, records[4 * 8], loss[4];
@@ -489,6 +549,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_vp),
       cmocka_unit_test(test_cuda_vp_block_rows),
       cmocka_unit_test(test_cuda_vp_warp_rows),
+      cmocka_unit_test(test_cuda_vp_segment_rows),
       cmocka_unit_test(test_cuda_vp_deferred),
   };
   int failed = cmocka_run_group_tests(tests, NULL, NULL);

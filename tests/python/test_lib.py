@@ -91,6 +91,12 @@ def test_experimental_settings_apply_inside_the_block_only():
         with _lib.experimental(products=7):
             pass
     assert get().products == 0
+    with _lib.experimental(forward_path=4, threads=128, vecs=8):  # SEGMENT
+        inside = get()
+        assert (inside.forward.path, inside.forward.threads, inside.forward.vecs) == (4, 128, 8)
+    with pytest.raises(xent.XentValueError, match="vecs"):
+        with _lib.experimental(forward_path=4, threads=128, vecs=3):
+            pass
 
 
 def test_defaults_match_the_header():

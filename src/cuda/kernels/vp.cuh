@@ -1,7 +1,9 @@
 /*
  * vp.cuh - the vocabulary-parallel kernels (vp.cu): a block per row, or a
  * warp per row for plain calls (vp_stats_warp_kernel, vp_forward_warp_kernel).
- * vp_stats_kernel reduces the row's shard to its record; vp_forward_kernel
+ * vp_stats_kernel reduces the row's shard to its record (plain calls: a
+ * warp per row, or a block issuing all the row's loads at once,
+ * vp_stats_segment_kernel); vp_forward_kernel
  * combines the row's P records, writes the row's outputs and the shard's
  * gradient. 16-byte loads and stores over any shard width and alignment
  * (row.cuh's per-vector math), so that both stream the shard near the copy
@@ -223,8 +225,10 @@ __global__ void __launch_bounds__(kVpThreads) vp_forward_kernel(const vp_params 
  * shard (the vocab schedule's slabs: 7128 columns at 4096 x 4096 x 128256)
  * spends its life in a chain of latencies and barriers: the statistics
  * pass took 0.54 of the copy's rate there and the forward 0.75, a warp per
- * row 0.70 and 0.86 (H100, bench/NOTES.md v45). A warp's lanes share nothing but shuffles, so no
- * warp waits for another, and an SM holds up to 64 rows in flight. */
+ * row 0.70 and 0.86 (H100, bench/NOTES.md v45; the statistics now take the
+ * segment kernel below where it is faster). A warp's lanes share nothing
+ * but shuffles, so no warp waits for another, and an SM holds up to 64 rows
+ * in flight. */
 constexpr int kVpWarpRows = kVpThreads / 32;
 /* Floats of a row's records a warp stages for its combine (ranks x record);
  * calls with more take the block kernel. */
@@ -267,6 +271,59 @@ __global__ void __launch_bounds__(kVpThreads) vp_stats_warp_kernel(const vp_para
   o.s = s;
   o.t = here ? xy : 0.0f;
   o.u = unused.sx; /* part_empty's, as the block kernel's (max, sum) reduction leaves them */
+  o.wu = unused.swx;
+  o.sw = unused.sw;
+  o.idx = unused.ai;
+  xent_vp_write(rec, v.record, &o);
+}
+
+/* A row's record by a block of `blockDim.x` threads that issue every load
+ * of the row at once, U vectors each (the forward without gradient's
+ * segment kernel, segment.cuh, on rows of one segment): blocks of a few
+ * microseconds, which the block scheduler hands to whichever SM is free,
+ * where a warp per row holds a narrow shard's 4096 rows in one wave whose
+ * loads start together and whose tail ends together (bench/NOTES.md v46).
+ * Rows of at most blockDim.x * U vectors; vp.cu picks the threads. */
+constexpr int kVpSegmentMaxThreads = 256;
+template <typename T, int U>
+__global__ void __launch_bounds__(kVpSegmentMaxThreads, 5) vp_stats_segment_kernel(
+    const vp_params v) {
+  const fwd_params &p = v.p;
+  if (kernel_enter(p.verdict)) return;
+  const int64_t row = blockIdx.x;
+  const char *x = p.x + row * p.stride_bytes;
+  const row_geom g = make_geom<T>(x, p.vocab);
+  const uint4 *vp = (const uint4 *)(x + (int64_t)g.head * (int)sizeof(T));
+  const int tid = (int)threadIdx.x, nt = (int)blockDim.x;
+  constexpr uint32_t ni = word_max<T>::kNegInf; /* past the row: adds nothing */
+  uint4 a[U];
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    const int j = tid + u * nt;
+    a[u] = j < g.nvec ? ld_plain(vp + j) : make_uint4(ni, ni, ni, ni);
+  }
+  const bool lead = tid == 0;
+  const int64_t y = lead ? load_target(p.targets, p.target64, row) : 0;
+  float m = -INFINITY, s = 0.0f;
+  fold_stage<T, U, true>(a, m, s);
+  part unused = part_empty(); /* the plain folds touch (m, s) alone */
+  fold_extras<T, false, false, false>(p, x, g, tid, nt, m, s, unused);
+  const bool take = lead && y != p.ignore_index && y >= 0 && y < v.vocab;
+  const bool here = take && y >= v.offset && y < v.offset + p.vocab;
+  const float xy = here ? elem<T>::load(x + (y - v.offset) * (int64_t)sizeof(T)) : 0.0f;
+  __shared__ float2 scratch[kVpSegmentMaxThreads / 32];
+  block_max_sum(m, s, scratch);
+  if (!lead) return;
+  float *rec = v.records + row * v.record;
+  if (!take) { /* an ignored or bad row: a record of zeros, as the other kernels */
+    for (int i = 0; i < v.record; i++) rec[i] = 0.0f;
+    return;
+  }
+  xent_vp_row o;
+  o.m = m;
+  o.s = s;
+  o.t = here ? xy : 0.0f;
+  o.u = unused.sx;
   o.wu = unused.swx;
   o.sw = unused.sw;
   o.idx = unused.ai;
