@@ -25,7 +25,12 @@ Providers (each skipped, with a printed reason, when it is missing or cannot run
     liger_sm90      the peer's Hopper kernel (CuTe DSL GEMMs, all the logits; liger-kernel 0.8.5
                     with nvidia-cutlass-dsl)
     quack           QuACK's chunked_linear_cross_entropy (quack-kernels; CuTe DSL GEMMs), its
-                    default 4096-row chunks; quack_512 (on request): 512-row chunks
+                    default 4096-row chunks; quack_512 (on request): 512-row chunks;
+                    quack_fixed, quack_512_fixed (on request): the same with tuned=False
+                    (no autotuning: its GEMMs' default configuration); quack_base,
+                    quack_512_base, quack_fixed_base, quack_512_fixed_base: those with
+                    use_scaled_exp=False (its base pipeline, not the scaled-exp one it
+                    picks on Hopper)
     cce             cut_cross_entropy.linear_cross_entropy, its default gradient filter
     cce_exact       the same with filter_eps=None (no filtering: every gradient exact)
     torch_fp32ce    F.cross_entropy((x @ W.T).float(), y): the logits upcast, as Hugging
@@ -86,9 +91,13 @@ PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "liger_sm90",
 EXTRA_PROVIDERS = ["xent_rows", "xent_vocab", "xent_fp32accum_rows", "xent_fp32accum_vocab",
                    "xent_all", "xent_own", "xent_own_nostats", "xent_own_pingpong",
                    "xent_own_pingpong_nostats", "xent_own_all", "xent_own_lc", "xent_1g",
-                   "xent_own_1g", "xent_vocab_blockrows", "quack_512"]
+                   "xent_own_1g", "xent_vocab_blockrows", "quack_512", "quack_fixed",
+                   "quack_512_fixed", "quack_fixed_base", "quack_512_fixed_base", "quack_base",
+                   "quack_512_base"]
+QUACK_PROVIDERS = ["quack", "quack_512", "quack_base", "quack_512_base", "quack_fixed",
+                   "quack_512_fixed", "quack_fixed_base", "quack_512_fixed_base"]
 # without dX these would time another step than the floor's
-FULL_STEP_ONLY = ["liger_flce", "liger_sm90", "quack", "quack_512", "cce", "cce_exact"]
+FULL_STEP_ONLY = ["liger_flce", "liger_sm90", "cce", "cce_exact"] + QUACK_PROVIDERS
 CHUNK_BUDGETS_MIB = [32, 64, 128, 256, 512, 1024, 2048]
 
 
@@ -223,13 +232,20 @@ def make_providers(torch, names: List[str]):
             except Exception as e:
                 out[n] = (None, "liger_kernel's SM90 kernel not importable (liger-kernel 0.8.5 "
                           f"and nvidia-cutlass-dsl): {type(e).__name__}: {e}")
-        elif n in ("quack", "quack_512"):
+        elif n in QUACK_PROVIDERS:
             try:  # QuACK's chunked linear cross-entropy (its own GEMMs, 4096-row chunks, or
-                # 512 as xent's default budget has them at 8192 x 4096 x 128256)
+                # 512 as xent's default budget has them at 8192 x 4096 x 128256); _fixed:
+                # tuned=False, its GEMMs' default configuration without the autotuner,
+                # which compiles each of dozens of configurations for each product's shape;
+                # _base: use_scaled_exp=False, its base pipeline (the scaled-exp one, which
+                # it picks itself on Hopper, raised where the chunk's rows equal H)
                 from quack.linear_cross_entropy import chunked_linear_cross_entropy
-                cs = 4096 if n == "quack" else 512
-                out[n] = ((lambda x, w, y, cs=cs: chunked_linear_cross_entropy(
-                    x, w, y, chunk_size=cs)), None)
+                cs = 512 if n.startswith("quack_512") else 4096
+                kw = {"tuned": "_fixed" not in n}
+                if n.endswith("_base"):
+                    kw["use_scaled_exp"] = False
+                out[n] = ((lambda x, w, y, cs=cs, kw=kw: chunked_linear_cross_entropy(
+                    x, w, y, chunk_size=cs, **kw)), None)
             except Exception as e:
                 out[n] = (None, f"quack not importable: {type(e).__name__}: {e}")
         elif n in ("cce", "cce_exact"):

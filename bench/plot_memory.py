@@ -2,8 +2,8 @@
 """plot_memory.py - the fused linear loss's time against its memory, from bench/linear.py's CSV:
 the picture a user picks a method from.
 
-Each provider is a point (its step time as a ratio to the three GEMMs alone, against its
-extra memory); xent is a curve over `memory_budget` (linear.py --chunk-curve), with its
+Each provider is a point (its step time as a ratio to the three GEMMs alone in its own
+process, against its extra memory); xent is a curve over `memory_budget` (linear.py --chunk-curve), with its
 default and all-the-logits runs marked. One picture per shape and GPU in the CSV, written
 as PNG beside a table of the same numbers on stdout.
 
@@ -27,7 +27,10 @@ LABELS = {
     "xent": "xent, default budget", "xent_all": "xent, all the logits",
     "torch_compile": "torch.compile", "liger_sm90": "peer, CuTe SM90 kernel",
     "liger_flce": "peer, Triton chunked", "quack": "QuACK, 4096-row chunks",
-    "quack_512": "QuACK, 512-row chunks", "cce": "Cut Cross-Entropy",
+    "quack_512": "QuACK, 512-row chunks", "quack_fixed": "QuACK, 4096-row chunks, untuned",
+    "quack_512_fixed": "QuACK, 512-row chunks, untuned",
+    "quack_fixed_base": "QuACK, 4096-row chunks, untuned, base pipeline",
+    "quack_512_fixed_base": "QuACK, 512-row chunks, untuned, base pipeline", "cce": "Cut Cross-Entropy",
     "cce_exact": "Cut Cross-Entropy, no filter", "torch_lce": "torch linear_cross_entropy",
     "torch_lce_chunked": "torch linear_cross_entropy, chunked",
     "torch_fp32ce": "torch, fp32 logits", "xent_own": "xent, own products",
@@ -35,17 +38,25 @@ LABELS = {
 
 
 def points(rows):
-    """{(gpu, shape): {provider: {"ms": .., "mib": ..}}} of the full step's rows."""
+    """{(gpu, shape): {provider: {"ms": .., "mib": .., "floor": ..}}} of the full step's rows.
+    "floor": the GEMMs' time in the provider's own process (the gemm_floor row that came
+    last before it in the CSV): a provider run in a process of its own (QuACK on its own
+    DSL) is compared with the GEMMs of that process, not another's."""
     out = defaultdict(lambda: defaultdict(dict))
+    floor = {}
     for r in rows:
         if r.get("kernel_name") != "fused_linear_cross_entropy":
             continue
         cfg = json.loads(r["extra_benchmark_config_str"])
         key = (r["gpu_name"], (cfg["BT"], cfg["H"], cfg["V"]))
-        metric = r["metric_name"]
+        metric, prov = r["metric_name"], r["kernel_provider"]
+        if metric == "speed" and prov == "gemm_floor":
+            floor[key] = float(r["y_value_50"])
         if metric in ("speed", "memory"):
-            out[key][r["kernel_provider"]]["ms" if metric == "speed" else "mib"] = float(
-                r["y_value_50"])
+            d = out[key][prov]
+            d["ms" if metric == "speed" else "mib"] = float(r["y_value_50"])
+            if metric == "speed" and key in floor:
+                d["floor"] = floor[key]
     return out
 
 
@@ -68,14 +79,15 @@ def main(argv=None):
         if not floor:
             print(f"{gpu} {bt}x{h}x{v}: no gemm_floor row; skipped")
             continue
-        print(f"\n{gpu}  BT={bt} H={h} V={v}  (ratio to the GEMMs' {floor:.2f} ms)")
-        print(f"  {'provider':<28}{'ms':>9}{'ratio':>8}{'extra MiB':>11}")
+        print(f"\n{gpu}  BT={bt} H={h} V={v}  (ratio to the GEMMs of each provider's process)")
+        print(f"  {'provider':<28}{'ms':>9}{'GEMMs ms':>10}{'ratio':>8}{'extra MiB':>11}")
         curve, marks = [], []
         for name, d in sorted(provs.items(), key=lambda kv: kv[1].get("mib", 0.0)):
             if name == "gemm_floor" or "ms" not in d or "mib" not in d:
                 continue
-            ratio = d["ms"] / floor
-            print(f"  {name:<28}{d['ms']:>9.2f}{ratio:>8.3f}{d['mib']:>11.0f}")
+            own = d.get("floor", floor)
+            ratio = d["ms"] / own
+            print(f"  {name:<28}{d['ms']:>9.2f}{own:>10.2f}{ratio:>8.3f}{d['mib']:>11.0f}")
             (curve if name.startswith("xent_budget_") else marks).append(
                 (name, max(d["mib"], 1.0), ratio))
         if plt is None:

@@ -98,7 +98,7 @@ stamp "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,
 # Two sites: .whl/ (the peer's CuTe kernel, with nvidia-cutlass-dsl 4.8.1) and .whl/quack/
 # (QuACK with the DSL it was released with, 4.7.1), each unpacked into its own folder.
 unpack_site() { # wheel-dir site-dir: prints the site's PYTHONPATH, or nothing
-  local dir=$1 site=$2 keep count name have
+  local dir=$1 site=$2 keep count name have mark
   local -a ws=()
   keep=/tmp/xent-parts/$dir
   mkdir -p "$keep/parts"
@@ -121,9 +121,10 @@ unpack_site() { # wheel-dir site-dir: prints the site's PYTHONPATH, or nothing
   [ ${#ws[@]} -gt 0 ] || return 0
   # unpacked, not pip-installed: pip --target moves each wheel's top folder in whole, so
   # two wheels sharing one (nvidia_cutlass_dsl/, from libs-base and libs-cu13) lose files
-  for w in "${ws[@]}"; do # once per wheel while the machine (and $site) lasts
-    [ -f "$w.unpacked" ] && [ -d "$site" ] && continue
-    python3 -m zipfile -e "$w" "$site" >>"$LOGS/wheels.log" 2>&1 && touch "$w.unpacked"
+  for w in "${ws[@]}"; do # once per wheel and site while the machine lasts
+    mark="$w.unpacked-$(printf %s "$site" | tr -c 'A-Za-z0-9' _)"
+    [ -f "$mark" ] && continue
+    python3 -m zipfile -e "$w" "$site" >>"$LOGS/wheels.log" 2>&1 && touch "$mark"
   done
   # nvidia-cutlass-dsl's modules (a .pth names them, which is not read from here)
   if [ -d "$site/nvidia_cutlass_dsl/dsl_packages" ]; then
@@ -132,9 +133,12 @@ unpack_site() { # wheel-dir site-dir: prints the site's PYTHONPATH, or nothing
     echo "$site"
   fi
 }
-site=$(unpack_site .whl "${TMPDIR:-/tmp}/xent-site")
+# Each site's folder is named site-packages: QuACK fingerprints the functions its epilogues
+# call, and takes those under a site-packages folder as installed code, by name (the DSL's
+# own reach a logger, which it cannot fingerprint: "no fail-closed semantic key").
+site=$(unpack_site .whl "${TMPDIR:-/tmp}/xent-site/site-packages")
 [ -n "$site" ] && export PYTHONPATH="$site"
-QUACK_SITE=$(unpack_site .whl/quack "${TMPDIR:-/tmp}/xent-site-quack")
+QUACK_SITE=$(unpack_site .whl/quack "${TMPDIR:-/tmp}/xent-site-quack/site-packages")
 scripts/deps.sh >"$LOGS/deps.log" 2>&1
 . scripts/env.sh
 
@@ -386,8 +390,8 @@ if has memory && in_time memory; then
   stamp "memory"
   providers=${XENT_MEMORY_PROVIDERS:-gemm_floor,xent,xent_all,torch_compile,liger_sm90,quack,quack_512}
   if [ -n "$QUACK_SITE" ]; then # QuACK in processes of its own, on its own DSL
-    quack=$(echo ",$providers," | grep -oE ',quack(_512)?' | tr -d '\n' | sed 's/^,//')
-    providers=$(echo ",$providers," | sed -E 's/,quack(_512)?//g; s/^,//; s/,$//')
+    quack=$(echo ",$providers," | grep -oE ',quack[a-z0-9_]*' | tr -d '\n' | sed 's/^,//')
+    providers=$(echo ",$providers," | sed -E 's/,quack[a-z0-9_]*//g; s/^,//; s/,$//')
   fi
   for shape in ${XENT_MEMORY_SHAPES:-8192,4096,128256}; do
     PYTHONUNBUFFERED=1 timeout 400 python3 bench/linear.py --shape "$shape" --chunk-curve \

@@ -10,6 +10,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 
 import plot  # noqa: E402
+import plot_memory  # noqa: E402
 import summary  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,6 +32,26 @@ def _row(provider, metric, y, mode="forward"):
             "extra_benchmark_config_str": '{"BT": 4096, "V": 32000, "dtype": "float32", '
                                           '"device": "cpu"}',
             "gpu_name": "", "timestamp": "2026-12-01 00:00:00", "xent_version": "0.1.0"}
+
+
+def _linear_row(provider, metric, y):
+    r = _row(provider, metric, y, mode="full")
+    r["kernel_name"] = "fused_linear_cross_entropy"
+    r["extra_benchmark_config_str"] = '{"BT": 8192, "H": 2048, "V": 128256, "dtype": "bfloat16"}'
+    r["gpu_name"] = "GPU"
+    return r
+
+
+def test_memory_points_take_the_gemms_of_their_own_process():
+    """bench/linear.py runs QuACK in a process of its own (its own DSL), whose GEMMs took
+    another time than the first process's: each provider's ratio is to its own."""
+    rows = [_linear_row("gemm_floor", "speed", 18.0), _linear_row("xent_all", "speed", 20.0),
+            _linear_row("xent_all", "memory", 2008),
+            _linear_row("gemm_floor", "speed", 16.0), _linear_row("quack_fixed", "speed", 19.0),
+            _linear_row("quack_fixed", "memory", 1556)]
+    pts = plot_memory.points(rows)[("GPU", (8192, 2048, 128256))]
+    assert pts["xent_all"]["floor"] == 18.0 and pts["quack_fixed"]["floor"] == 16.0
+    assert pts["quack_fixed"]["mib"] == 1556
 
 
 def test_summary_of_a_cpu_run_names_its_copy_baseline():
