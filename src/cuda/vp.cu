@@ -73,10 +73,10 @@ constexpr long long kVpWarpForwardMaxRowBytes = 16 * 1024;
 /* The kernel of a pass: for plain calls a block per row segment (the
  * statistics, segment_rows) or a warp per row (the forward on rows of at
  * most 16 KB whose records fit a warp's staging; the statistics otherwise),
- * a block per row for the rest. The experimental forward path TWO_READ keeps the block per
- * row; WARP_ROW and SEGMENT insist on theirs (SEGMENT: the statistics only,
- * with the path's threads and vecs), XENT_ERROR_UNSUPPORTED where it cannot
- * run. */
+ * a block per row for the rest. The experimental forward path TWO_READ
+ * keeps the block per row; WARP_ROW and SEGMENT insist on theirs (SEGMENT:
+ * the statistics only, with the path's threads and vecs),
+ * XENT_ERROR_UNSUPPORTED where it cannot run. */
 xent_status choose(bool stats, const vp_params &vp, int elem_bytes, const dev_props &dp,
                    const xent_experimental &exp, vp_choice *out) {
   const fwd_params &p = vp.p;
@@ -111,13 +111,13 @@ xent_status choose(bool stats, const vp_params &vp, int elem_bytes, const dev_pr
     return XENT_OK;
   }
   if (f.path == XENT_EXPERIMENTAL_WARP_ROW && !plain)
-    return xent_fail(XENT_ERROR_UNSUPPORTED, "%s (experimental forward path WARP_ROW)",
-                     stats ? "the warp-per-row vocabulary-parallel statistics kernel takes "
-                             "calls without class weights, softcap, token accuracy, predicted "
-                             "tokens or label smoothing"
-                           : "the warp-per-row vocabulary-parallel forward kernel takes calls "
-                             "without class weights or softcap whose records fit 256 floats "
-                             "a row (ranks x record floats)");
+    return stats ? xent_fail(XENT_ERROR_UNSUPPORTED,
+                             "the warp-per-row vocabulary-parallel statistics kernel takes %s "
+                             "(experimental forward path WARP_ROW)", plain_calls)
+                 : xent_fail(XENT_ERROR_UNSUPPORTED,
+                             "the warp-per-row vocabulary-parallel forward kernel takes calls "
+                             "without class weights or softcap whose records fit 256 floats a "
+                             "row (ranks x record floats) (experimental forward path WARP_ROW)");
   if (!plain || f.path == XENT_EXPERIMENTAL_TWO_READ) return XENT_OK;
   int threads = 0;
   if (stats && f.path == XENT_EXPERIMENTAL_TABLE && segment_rows(vp, elem_bytes, dp, &threads)) {
