@@ -37,6 +37,18 @@ namespace xent {
 static_assert(2 * XENT_SEGMENT_MAX + 1 <= XENT_WS_ROW_ARRAYS,
               "two segments' (max, sum) and the target's logit: five row arrays");
 
+/* This thread's U vectors of a row's segment, j0, j0 + blockDim.x, ...: all
+ * issued at once, -inf from jend on (adds nothing to a fold). */
+template <typename T, int U>
+__device__ __forceinline__ void segment_load(uint4 (&v)[U], const uint4 *vp, int j0, int jend) {
+  constexpr uint32_t ni = word_max<T>::kNegInf;
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    const int j = j0 + u * (int)blockDim.x;
+    v[u] = j < jend ? ld_plain(vp + j) : make_uint4(ni, ni, ni, ni);
+  }
+}
+
 /* One segment of one row a block: blockIdx.x = row * seg_count + segment.
  * At most 48 registers (5 blocks of 256 threads a SM; 54 unbounded), none
  * spilled. */
@@ -50,13 +62,8 @@ __global__ void __launch_bounds__(XENT_SEGMENT_MAX_THREADS, 5) fwd_segment(const
   const uint4 *vp = (const uint4 *)(rowp + (int64_t)g.head * (int)sizeof(T));
   const int j0 = seg * p.seg_vecs + (int)threadIdx.x;
   const int jend = min((seg + 1) * p.seg_vecs, g.nvec);
-  constexpr uint32_t ni = word_max<T>::kNegInf; /* past the segment: adds nothing */
   uint4 v[U];
-#pragma unroll
-  for (int u = 0; u < U; u++) {
-    const int j = j0 + u * (int)blockDim.x;
-    v[u] = j < jend ? ld_plain(vp + j) : make_uint4(ni, ni, ni, ni);
-  }
+  segment_load<T, U>(v, vp, j0, jend);
   /* Segment 0's thread 0 reads the target beside its loads, and the
    * target's logit once they are in: the merge then has no load that waits
    * for another, and the end of the grid no latency it cannot hide. */

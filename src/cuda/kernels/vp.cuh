@@ -16,6 +16,7 @@
 #include "cuda/device.cuh"
 #include "cuda/params.cuh"
 #include "cuda/reduce.cuh"
+#include "cuda/kernels/segment.cuh"
 #include "cuda/kernels/tworead.cuh"
 #include "cuda/kernels/warprow.cuh"
 #include "cuda/row.cuh"
@@ -39,6 +40,20 @@ struct vp_params {
  * takes is the global column (offset + j), so that class weights, the
  * arg-max and the target's column need no shift. */
 constexpr int kVpUnroll = kTwoReadUnroll;
+
+/* A row's record: its fold's (max, sum) and other sums in r, the target's
+ * logit t (0 where the target is in another shard). */
+__device__ __forceinline__ void vp_write_record(float *rec, int R, const part &r, float t) {
+  xent_vp_row o;
+  o.m = r.m;
+  o.s = r.s;
+  o.t = t;
+  o.u = r.sx;
+  o.wu = r.swx;
+  o.sw = r.sw;
+  o.idx = r.ai;
+  xent_vp_write(rec, R, &o);
+}
 
 /* This thread's first U vectors of a row (those below nvec), the thread
  * `tid` of the `nt` that share the row (a block's, or a warp's lanes). */
@@ -106,15 +121,7 @@ __global__ void __launch_bounds__(kVpThreads) vp_stats_kernel(const vp_params v)
   }
   if (threadIdx.x != 0) return;
   float d;
-  xent_vp_row o;
-  o.m = r.m;
-  o.s = r.s;
-  o.t = !here ? 0.0f : GENERAL && p.use_softcap ? cap(p, xy, &d) : xy;
-  o.u = r.sx;
-  o.wu = r.swx;
-  o.sw = r.sw;
-  o.idx = r.ai;
-  xent_vp_write(rec, v.record, &o);
+  vp_write_record(rec, v.record, r, !here ? 0.0f : GENERAL && p.use_softcap ? cap(p, xy, &d) : xy);
 }
 
 /* The gradient of a shard row in place, from its coefficients (gc.y the
@@ -260,21 +267,17 @@ __global__ void __launch_bounds__(kVpThreads) vp_stats_warp_kernel(const vp_para
   }
   const bool here = lane == 0 && y >= v.offset && y < v.offset + p.vocab;
   const float xy = here ? elem<T>::load(x + (y - v.offset) * (int64_t)sizeof(T)) : 0.0f;
-  part unused = part_empty(); /* the plain folds touch (m, s) alone */
+  /* the plain folds touch (m, s) alone: the record's other sums stay
+   * part_empty's, as the block kernel's (max, sum) reduction leaves them */
+  part q = part_empty();
   float m = -INFINITY, s = 0.0f;
-  warprow_fold_row<T, U, W>(p, vp, g, lane, a, b, m, s, unused);
-  fold_extras<T, false, false, false>(p, x, g, lane, W, m, s, unused);
+  warprow_fold_row<T, U, W>(p, vp, g, lane, a, b, m, s, q);
+  fold_extras<T, false, false, false>(p, x, g, lane, W, m, s, q);
   warp_max_sum(m, s);
   if (lane != 0) return;
-  xent_vp_row o;
-  o.m = m;
-  o.s = s;
-  o.t = here ? xy : 0.0f;
-  o.u = unused.sx; /* part_empty's, as the block kernel's (max, sum) reduction leaves them */
-  o.wu = unused.swx;
-  o.sw = unused.sw;
-  o.idx = unused.ai;
-  xent_vp_write(rec, v.record, &o);
+  q.m = m;
+  q.s = s;
+  vp_write_record(rec, v.record, q, here ? xy : 0.0f);
 }
 
 /* A row's record by a block of `blockDim.x` threads that issue every load
@@ -295,19 +298,14 @@ __global__ void __launch_bounds__(kVpSegmentMaxThreads, 5) vp_stats_segment_kern
   const row_geom g = make_geom<T>(x, p.vocab);
   const uint4 *vp = (const uint4 *)(x + (int64_t)g.head * (int)sizeof(T));
   const int tid = (int)threadIdx.x, nt = (int)blockDim.x;
-  constexpr uint32_t ni = word_max<T>::kNegInf; /* past the row: adds nothing */
   uint4 a[U];
-#pragma unroll
-  for (int u = 0; u < U; u++) {
-    const int j = tid + u * nt;
-    a[u] = j < g.nvec ? ld_plain(vp + j) : make_uint4(ni, ni, ni, ni);
-  }
+  segment_load<T, U>(a, vp, tid, g.nvec);
   const bool lead = tid == 0;
   const int64_t y = lead ? load_target(p.targets, p.target64, row) : 0;
   float m = -INFINITY, s = 0.0f;
   fold_stage<T, U, true>(a, m, s);
-  part unused = part_empty(); /* the plain folds touch (m, s) alone */
-  fold_extras<T, false, false, false>(p, x, g, tid, nt, m, s, unused);
+  part q = part_empty(); /* the plain folds touch (m, s) alone */
+  fold_extras<T, false, false, false>(p, x, g, tid, nt, m, s, q);
   const bool take = lead && y != p.ignore_index && y >= 0 && y < v.vocab;
   const bool here = take && y >= v.offset && y < v.offset + p.vocab;
   const float xy = here ? elem<T>::load(x + (y - v.offset) * (int64_t)sizeof(T)) : 0.0f;
@@ -319,15 +317,9 @@ __global__ void __launch_bounds__(kVpSegmentMaxThreads, 5) vp_stats_segment_kern
     for (int i = 0; i < v.record; i++) rec[i] = 0.0f;
     return;
   }
-  xent_vp_row o;
-  o.m = m;
-  o.s = s;
-  o.t = here ? xy : 0.0f;
-  o.u = unused.sx;
-  o.wu = unused.swx;
-  o.sw = unused.sw;
-  o.idx = unused.ai;
-  xent_vp_write(rec, v.record, &o);
+  q.m = m;
+  q.s = s;
+  vp_write_record(rec, v.record, q, here ? xy : 0.0f);
 }
 
 /* The row's records combined, its outputs and the shard's gradient by a
