@@ -87,15 +87,15 @@ SWEEP_BT = [2048, 4096, 8192, 16384, 32768]
 PROVIDERS = ["gemm_floor", "xent", "xent_fp32accum", "liger_flce", "liger_sm90", "quack", "cce",
              "cce_exact", "torch_fp32ce", "torch_bf16ce", "torch_compile", "torch_lce",
              "torch_lce_chunked"]
-# on request only: xent with its schedule fixed (xent.h, "schedule")
+# QuACK's variants (make_providers reads chunk, tuning and pipeline from the name); quack alone
+# runs by default
+QUACK_PROVIDERS = ["quack", "quack_512", "quack_base", "quack_512_base", "quack_fixed",
+                   "quack_512_fixed", "quack_fixed_base", "quack_512_fixed_base"]
+# on request only: xent with its schedule, budget or products fixed, QuACK's other variants
 EXTRA_PROVIDERS = ["xent_rows", "xent_vocab", "xent_fp32accum_rows", "xent_fp32accum_vocab",
                    "xent_all", "xent_own", "xent_own_nostats", "xent_own_pingpong",
                    "xent_own_pingpong_nostats", "xent_own_all", "xent_own_lc", "xent_1g",
-                   "xent_own_1g", "xent_vocab_blockrows", "quack_512", "quack_fixed",
-                   "quack_512_fixed", "quack_fixed_base", "quack_512_fixed_base", "quack_base",
-                   "quack_512_base"]
-QUACK_PROVIDERS = ["quack", "quack_512", "quack_base", "quack_512_base", "quack_fixed",
-                   "quack_512_fixed", "quack_fixed_base", "quack_512_fixed_base"]
+                   "xent_own_1g", "xent_vocab_blockrows"] + QUACK_PROVIDERS[1:]
 # without dX these would time another step than the floor's
 FULL_STEP_ONLY = ["liger_flce", "liger_sm90", "cce", "cce_exact"] + QUACK_PROVIDERS
 CHUNK_BUDGETS_MIB = [32, 64, 128, 256, 512, 1024, 2048]

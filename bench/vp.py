@@ -122,11 +122,9 @@ def main(argv=None):
                 continue  # a row past the segment's loads
             with _lib.experimental(forward_path=path, threads=threads, vecs=8 if path == 4 else 0):
                 ts = timed(stats, restore)
-            if path == 4:  # no segment kernel for the forward: the table's
+            fpath = 0 if path == 4 else path  # no segment kernel for the forward: the table's
+            with _lib.experimental(forward_path=fpath, threads=threads if fpath else 0):
                 tf = timed(forward, restore)
-            else:
-                with _lib.experimental(forward_path=path, threads=threads):
-                    tf = timed(forward, restore)
             print(f"{p:>3}{label:>8}{w:>9}{ts:>10.3f}{tf:>12.3f}{ts + tf:>13.3f}{single:>15.3f}"
                   f"{(ts + tf) / single:>7.2f}{R * 4:>16}{tc / 2 / ts:>15.2f}{tc / tf:>13.2f}"
                   f"{nograd:>11.3f}{tc / 2 / nograd:>16.2f}")
